@@ -1,0 +1,1 @@
+"""What people *see*: the CLI, config parsing, summaries, validation, reports."""

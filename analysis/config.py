@@ -1,0 +1,94 @@
+"""The run config: YAML in, typed specs out, every error naming its field.
+
+Sections: ``model`` (preset, inline mapping, or path to a HF config.json), ``training``,
+``strategy``, ``cluster`` (gpu, node, num_gpus, fabric, ...), and the optional sections that
+later steps read (``failures``, ``costs``, ``simulation``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hardware_specs import Catalog, ClusterSpec, SpecError, load_catalog
+from hardware_specs.fields import Fields
+from workloads import Job
+from workloads.model import resolve
+from workloads.strategy import strategy_from_mapping
+from workloads.training import training_from_mapping
+
+OPTIONAL_SECTIONS = ("failures", "costs", "simulation", "name", "description")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    job: Job
+    cluster: ClusterSpec
+    catalog: Catalog
+    name: str = ""
+    source: Path | None = None
+    sections: Mapping[str, Any] = field(default_factory=dict)
+    """The optional sections, still as YAML, for the step that owns each to parse."""
+
+
+def read_yaml(path: Path) -> Mapping[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise SpecError("", f"no such config file: {path}") from None
+    except yaml.YAMLError as err:
+        raise SpecError("", f"{path} is not valid YAML: {err}") from None
+    if not isinstance(data, Mapping):
+        raise SpecError("", f"{path}: expected a mapping with model, training, strategy, cluster")
+    return data
+
+
+def parse_cluster(f: Fields, catalog: Catalog) -> ClusterSpec:
+    cluster = catalog.cluster(
+        device=f.text("gpu"),
+        num_devices=f.integer("num_gpus", minimum=1),
+        node=f.text("node", "") or None,
+        fabric=f.text("fabric", "") or None,
+        failure_model=f.text("failure_model", "") or None,
+        checkpoint_storage=f.text("checkpoint_storage", "") or None,
+        devices_per_node=f.integer("gpus_per_node", minimum=1) if f.has("gpus_per_node") else None,
+        path=f.path,
+    )
+    if f.has("oversubscription"):
+        ratio = f.number("oversubscription", minimum=1.0)
+        cluster = replace(cluster, fabric=cluster.fabric.with_oversubscription(ratio))
+    f.done()
+    return cluster
+
+
+def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
+                        catalog_dirs: Iterable[str | Path] = ()) -> RunConfig:
+    top = Fields(data, "")
+    cluster_f = top.sub("cluster", required=True)
+    dirs = list(catalog_dirs)
+    extra = cluster_f.raw("catalog", [])
+    for d in [extra] if isinstance(extra, str) else extra:
+        p = Path(str(d)).expanduser()
+        dirs.append(p if p.is_absolute() or base_dir is None else base_dir / p)
+    catalog = load_catalog(dirs)
+    model = resolve(top.raw("model"), base_dir)
+    training = training_from_mapping(top.raw("training"))
+    strategy = strategy_from_mapping(top.raw("strategy", {}))
+    cluster = parse_cluster(cluster_f, catalog)
+    job = Job(model, training, strategy).checked(cluster.num_devices)
+    sections = {k: top.raw(k) for k in OPTIONAL_SECTIONS if top.has(k)}
+    top.done()
+    return RunConfig(job=job, cluster=cluster, catalog=catalog,
+                     name=str(sections.get("name", "")), sections=sections)
+
+
+def load_config(path: str | Path, catalog_dirs: Iterable[str | Path] = ()) -> RunConfig:
+    path = Path(path)
+    data = read_yaml(path)
+    cfg = config_from_mapping(data, path.parent, catalog_dirs)
+    return RunConfig(job=cfg.job, cluster=cfg.cluster, catalog=cfg.catalog,
+                     name=cfg.name or path.stem, source=path, sections=cfg.sections)

@@ -1,0 +1,62 @@
+"""``clustersim hardware list|show``: what the catalog holds."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+
+from hardware_specs import Catalog, SpecError
+from hardware_specs.units import format_bytes, format_rate
+
+from analysis.tables import render
+
+SECTIONS = ("devices", "nodes", "fabrics", "memory_tiers", "failure_models")
+
+
+def list_catalog(catalog: Catalog) -> str:
+    out = []
+    devs = [[d.name, d.vendor, format_rate(max(d.peak_flops.values()), "FLOP/s"),
+             format_bytes(d.memory_bytes), format_rate(d.memory_bandwidth, "B/s"), d.default_node]
+            for d in catalog.devices.values()]
+    out.append(render(["device", "vendor", "top dense rate", "memory", "bandwidth", "usual node"],
+                      sorted(devs), title="Devices"))
+    nodes = [[n.name, n.device, n.devices_per_node, n.scale_up_kind.value,
+              format_rate(n.scale_up_bandwidth, "B/s"),
+              f"{n.nic_count} x {format_rate(n.nic_bandwidth * 8, 'b/s')} {n.nic_kind.value}"]
+             for n in catalog.nodes.values()]
+    out.append(render(["node", "device", "per node", "scale-up", "per GPU each way", "NICs"],
+                      sorted(nodes), title="Nodes"))
+    for section in SECTIONS[2:]:
+        names = sorted(catalog.section(section))
+        out.append(f"{section.replace('_', ' ').capitalize()}: {', '.join(names)}")
+    return "\n\n".join(out)
+
+
+def _plain(value):
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {(_plain(k) if isinstance(k, enum.Enum) else k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def show(catalog: Catalog, name: str) -> tuple[str, dict]:
+    """The spec called ``name`` (any section) as text and as a plain dict."""
+    for section in SECTIONS:
+        spec = catalog.section(section).get(name)
+        if spec is not None:
+            data = _plain(spec)
+            lines = [f"{section[:-1].replace('_', ' ')} {name}  ({catalog.origin.get((section, name), '')})"]
+            for key, value in data.items():
+                lines.append(f"  {key}: {value}")
+            return "\n".join(lines), data
+    everything = sorted(n for s in SECTIONS for n in catalog.section(s))
+    import difflib
+    close = difflib.get_close_matches(name, everything, n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise SpecError("NAME", f"nothing called {name!r} in the catalog{hint}")

@@ -1,0 +1,69 @@
+"""One step of one config: trace, simulation and memory, joined into the report users read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator import Faults, SimulationOptions, StepResult, simulate
+from simulator.engine import StepSimulation
+from workloads.builder import build_trace
+from workloads.memory import StageMemory
+from workloads.trace import Trace
+
+from analysis.config import RunConfig
+
+DEFAULT_OPTIONS = SimulationOptions()
+
+
+@dataclass(frozen=True)
+class StepReport:
+    config: RunConfig
+    result: StepResult
+    memory: tuple[StageMemory, ...]
+    trace: Trace
+
+    def to_dict(self) -> dict:
+        job, cluster = self.config.job, self.config.cluster
+        out = {
+            "name": self.config.name,
+            "model": job.model.name,
+            "parameters": job.model.parameters,
+            "flops_per_step": job.model_flops_per_step,
+            "hardware_flops_per_step": job.hardware_flops_per_step,
+            "tokens_per_step": job.training.tokens_per_step,
+            "micro_batches_per_pipeline": job.micro_batches,
+            "cluster": {"gpu": cluster.device.name, "node": cluster.node.name,
+                        "num_gpus": cluster.num_devices, "fabric": cluster.fabric.name},
+            "strategy": job.strategy.to_dict(),
+            "training": job.training.to_dict(),
+        }
+        out.update(self.result.to_dict())
+        out["memory"] = [{"stage": s.stage, "layers": s.layers, **s.memory.to_dict(),
+                          "offloaded": s.offloaded_bytes} for s in self.memory]
+        out["memory_capacity_bytes"] = cluster.device.memory_bytes
+        return out
+
+
+def simulation_options(config: RunConfig) -> SimulationOptions:
+    """Engine options from the config's optional ``simulation`` section."""
+    from hardware_specs.fields import Fields
+    f = Fields(config.sections.get("simulation", {}), "simulation")
+    options = SimulationOptions(
+        comm_slowdown_when_overlapped=f.number(
+            "comm_slowdown_when_overlapped", DEFAULT_OPTIONS.comm_slowdown_when_overlapped,
+            minimum=0.0),
+        compute_slowdown_when_overlapped=f.number(
+            "compute_slowdown_when_overlapped", DEFAULT_OPTIONS.compute_slowdown_when_overlapped,
+            minimum=0.0),
+        expand=f.boolean("expand", False),
+        record=True,
+    )
+    f.done()
+    return options
+
+
+def run_step(config: RunConfig, faults: Faults = Faults(),
+             options: SimulationOptions | None = None) -> StepReport:
+    trace = build_trace(config.job)
+    result = simulate(trace, config.cluster, options or simulation_options(config), faults)
+    return StepReport(config, result, config.job.memory(), trace)

@@ -1,0 +1,38 @@
+"""A cluster: devices in nodes on a fabric, with its storage tiers and failure model."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hardware_specs.device import DeviceSpec
+from hardware_specs.fabric import FabricSpec
+from hardware_specs.failures import FailureModel
+from hardware_specs.memory import MemoryTierSpec
+from hardware_specs.node import NodeSpec
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterSpec:
+    """Everything the simulator needs to know about the hardware of one run."""
+
+    device: DeviceSpec
+    node: NodeSpec
+    num_devices: int
+    fabric: FabricSpec
+    failure_model: FailureModel
+    host_memory: MemoryTierSpec
+    local_storage: MemoryTierSpec
+    checkpoint_storage: MemoryTierSpec
+
+    @property
+    def devices_per_node(self) -> int:
+        """Devices per node actually used (a 4-GPU cluster uses 4 of a DGX's 8)."""
+        return min(self.node.devices_per_node, self.num_devices)
+
+    @property
+    def num_nodes(self) -> int:
+        return math.ceil(self.num_devices / self.devices_per_node)
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.devices_per_node

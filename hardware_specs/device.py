@@ -1,0 +1,133 @@
+"""What an accelerator (or a CPU used as one) is: peak rates, memory, links, power."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hardware_specs.dtypes import Dtype
+from hardware_specs.efficiency import EfficiencyCurve, OpClass
+from hardware_specs.errors import SpecError
+from hardware_specs.fields import Fields
+from hardware_specs.units import Quantity
+
+
+class DeviceKind(enum.Enum):
+    GPU = "gpu"
+    CPU = "cpu"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeviceEfficiency:
+    """How close real kernels get to the datasheet; measured, with the source in the catalog.
+
+    The compute cost model multiplies these ceilings by its shape-dependent terms (wave
+    quantisation, K-loop overhead, roofline); calibrated ``curves`` replace that model.
+    """
+
+    matmul: float
+    """Largest fraction of dense peak a well-shaped GEMM reaches (e.g. a max-achievable-matmul
+    measurement; clocks under power limits are why it is below 1)."""
+    attention: float
+    """Fraction of dense peak reached by fused (flash) attention, forward and backward."""
+    memory: float
+    """Fraction of HBM bandwidth a streaming element-wise kernel reaches."""
+    curves: Mapping[OpClass, EfficiencyCurve] = field(default_factory=dict)
+    """Measured ``size -> fraction`` curves by op class (from calibration); used when present."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeviceSpec:
+    """One accelerator; all rates are dense (no structured sparsity), SI units."""
+
+    name: str
+    kind: DeviceKind
+    vendor: str
+    peak_flops: Mapping[Dtype, float]
+    """Dense peak FLOP/s per arithmetic format the device supports."""
+    memory_bytes: float
+    """HBM (or, for a CPU, DRAM) capacity."""
+    memory_bandwidth: float
+    """HBM bandwidth, bytes/s."""
+    l2_cache_bytes: float
+    compute_units: int
+    """Streaming multiprocessors (NVIDIA), compute units (AMD) or cores (CPU)."""
+    scale_up_generation: str
+    """NVLink generation (e.g. ``nvlink4``), ``xgmi``, ``pcie`` or ``none``."""
+    scale_up_bandwidth: float
+    """Total (both directions) scale-up bandwidth per device as datasheets quote it, bytes/s."""
+    tdp_w: float
+    efficiency: DeviceEfficiency
+    default_node: str
+    """Catalog name of the node this device usually comes in."""
+    source: str = ""
+    provenance: Mapping[str, str] = field(default_factory=dict)
+    """For calibrated profiles: device, driver, library versions, date."""
+
+    def flops(self, dtype: Dtype) -> float:
+        """Dense peak for ``dtype``; an unsupported format raises a clear error."""
+        if dtype not in self.peak_flops:
+            have = ", ".join(d.value for d in self.peak_flops)
+            raise SpecError("training.precision",
+                            f"{self.name} has no {dtype.value} rate (it has {have})")
+        return self.peak_flops[dtype]
+
+    @property
+    def scale_up_bandwidth_per_direction(self) -> float:
+        return self.scale_up_bandwidth / 2
+
+
+def read_device(f: Fields) -> DeviceSpec:
+    name = f.path.rsplit(".", 1)[-1]
+    peaks = f.sub("peak_flops", required=True)
+    peak_flops = {}
+    for dtype in Dtype:
+        if peaks.has(dtype.value):
+            peak_flops[dtype] = peaks.quantity(dtype.value, Quantity.FLOPS)
+    peaks.done()
+    if not peak_flops:
+        raise SpecError(peaks.path, "at least one dtype rate is required (fp32, bf16, ...)")
+    eff = f.sub("efficiency", required=True)
+    curves = {}
+    curve_fields = eff.sub("curves")
+    for op in OpClass:
+        if curve_fields.has(op.value):
+            c = curve_fields.sub(op.value)
+            try:
+                curves[op] = EfficiencyCurve(tuple(float(x) for x in c.items("sizes")),
+                                             tuple(float(x) for x in c.items("fractions")))
+            except SpecError as err:
+                raise SpecError(c.path, err.message) from None
+            c.done()
+    curve_fields.done()
+    efficiency = DeviceEfficiency(
+        matmul=eff.number("matmul", minimum=0.01, maximum=1.0),
+        attention=eff.number("attention", minimum=0.01, maximum=1.0),
+        memory=eff.number("memory", minimum=0.01, maximum=1.0),
+        curves=curves,
+    )
+    eff.done()
+    prov = f.sub("provenance")
+    provenance = {str(k): str(v) for k, v in prov.data.items()}
+    prov._read.update(prov.data)
+    spec = DeviceSpec(
+        name=name,
+        kind=f.choice("kind", DeviceKind, DeviceKind.GPU),
+        vendor=f.text("vendor"),
+        peak_flops=peak_flops,
+        memory_bytes=f.quantity("memory", Quantity.BYTES),
+        memory_bandwidth=f.quantity("memory_bandwidth", Quantity.BANDWIDTH),
+        l2_cache_bytes=f.quantity("l2_cache", Quantity.BYTES),
+        compute_units=f.integer("compute_units", minimum=1),
+        scale_up_generation=f.text("scale_up_generation", "none"),
+        scale_up_bandwidth=f.quantity("scale_up_bandwidth", Quantity.BANDWIDTH, 0.0,
+                                      positive=False),
+        tdp_w=f.quantity("tdp", Quantity.POWER),
+        efficiency=efficiency,
+        default_node=f.text("default_node"),
+        source=f.text("source", ""),
+        provenance=provenance,
+    )
+    f.done()
+    return spec

@@ -1,0 +1,53 @@
+"""Fraction-of-peak curves: how close an op of a given size gets to the device's peak rate.
+
+Calibration (``clustersim calibrate fit``) measures such curves on real hardware and writes them
+into a device profile; the compute cost model uses them in place of its analytic defaults.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import math
+from dataclasses import dataclass
+
+from hardware_specs.errors import SpecError
+
+
+class OpClass(enum.Enum):
+    """Kinds of kernels whose efficiency differs: tensor-core GEMMs, fused attention, and
+    memory-bound element-wise work (norms, activations, the optimizer step)."""
+
+    MATMUL = "matmul"
+    ATTENTION = "attention"
+    ELEMENTWISE = "elementwise"
+
+
+@dataclass(frozen=True, slots=True)
+class EfficiencyCurve:
+    """Piecewise log-linear ``size -> fraction`` (size: FLOPs for compute ops, bytes for
+    memory-bound ops); flat beyond the end points."""
+
+    sizes: tuple[float, ...]
+    fractions: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.sizes) != len(self.fractions) or not self.sizes:
+            raise SpecError("efficiency", "a curve needs as many fractions as sizes, at least one")
+        if any(b <= a for a, b in zip(self.sizes, self.sizes[1:])):
+            raise SpecError("efficiency", f"sizes must increase strictly, got {self.sizes}")
+        if any(not 0 < f <= 1.5 for f in self.fractions):
+            raise SpecError("efficiency", f"fractions must lie in (0, 1.5], got {self.fractions}")
+
+    def __call__(self, size: float) -> float:
+        if size <= self.sizes[0]:
+            return self.fractions[0]
+        if size >= self.sizes[-1]:
+            return self.fractions[-1]
+        i = bisect.bisect_right(self.sizes, size)
+        x0, x1 = math.log(self.sizes[i - 1]), math.log(self.sizes[i])
+        f0, f1 = self.fractions[i - 1], self.fractions[i]
+        return f0 + (f1 - f0) * (math.log(size) - x0) / (x1 - x0)
+
+    def to_dict(self) -> dict:
+        return {"sizes": list(self.sizes), "fractions": list(self.fractions)}

@@ -1,0 +1,131 @@
+"""Reading plain YAML mappings into typed values, with the field's dotted path in every error.
+
+One small reader serves the hardware catalog, the model and strategy specs and the run config,
+so that all of them reject unknown keys and wrong types the same way.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from hardware_specs import units
+from hardware_specs.errors import SpecError
+
+E = TypeVar("E", bound=enum.Enum)
+T = TypeVar("T")
+
+_MISSING = object()
+
+
+class Fields:
+    """A mapping being read at ``path``; call :meth:`done` to reject keys nobody read."""
+
+    def __init__(self, data: object, path: str = ""):
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise SpecError(path, f"expected a mapping, got {type(data).__name__} {data!r}")
+        self.data: Mapping[str, Any] = data
+        self.path = path
+        self._read: set[str] = set()
+
+    def at(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def has(self, key: str) -> bool:
+        return key in self.data and self.data[key] is not None
+
+    def raw(self, key: str, default: object = _MISSING) -> Any:
+        self._read.add(key)
+        if key not in self.data or self.data[key] is None:
+            if default is _MISSING:
+                raise SpecError(self.at(key), "is required")
+            return default
+        return self.data[key]
+
+    def sub(self, key: str, required: bool = False) -> "Fields":
+        value = self.raw(key, _MISSING if required else {})
+        return Fields(value, self.at(key))
+
+    def text(self, key: str, default: object = _MISSING) -> str:
+        value = self.raw(key, default)
+        if not isinstance(value, str):
+            raise SpecError(self.at(key), f"expected text, got {value!r}")
+        return value
+
+    def integer(self, key: str, default: object = _MISSING, minimum: int | None = None) -> int:
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+            raise SpecError(self.at(key), f"expected an integer, got {value!r}")
+        value = int(value)
+        if minimum is not None and value < minimum:
+            raise SpecError(self.at(key), f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    def number(self, key: str, default: object = _MISSING, minimum: float | None = None,
+               maximum: float | None = None) -> float:
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(self.at(key), f"expected a number, got {value!r}")
+        value = float(value)
+        if minimum is not None and value < minimum:
+            raise SpecError(self.at(key), f"expected a number >= {minimum:g}, got {value:g}")
+        if maximum is not None and value > maximum:
+            raise SpecError(self.at(key), f"expected a number <= {maximum:g}, got {value:g}")
+        return value
+
+    def quantity(self, key: str, kind: units.Quantity, default: object = _MISSING,
+                 positive: bool = True) -> float:
+        value = self.raw(key, default)
+        parsed = units.parse(value, kind, self.at(key))
+        if positive and parsed <= 0:
+            raise SpecError(self.at(key), f"expected a positive quantity, got {value!r}")
+        if parsed < 0:
+            raise SpecError(self.at(key), f"expected a quantity >= 0, got {value!r}")
+        return parsed
+
+    def boolean(self, key: str, default: object = _MISSING) -> bool:
+        value = self.raw(key, default)
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        if not isinstance(value, bool):
+            raise SpecError(self.at(key), f"expected true or false, got {value!r}")
+        return value
+
+    def choice(self, key: str, enum_type: type[E], default: object = _MISSING) -> E:
+        value = self.raw(key, default)
+        if isinstance(value, enum_type):
+            return value
+        return parse_enum(enum_type, value, self.at(key))
+
+    def items(self, key: str, default: object = _MISSING) -> list[Any]:
+        value = self.raw(key, default)
+        if not isinstance(value, list):
+            raise SpecError(self.at(key), f"expected a list, got {value!r}")
+        return value
+
+    def mapping(self, key: str, read: Callable[["Fields"], T]) -> dict[str, T]:
+        """Read ``{name: spec}``: every value through ``read``."""
+        section = self.sub(key)
+        out = {}
+        for name in section.data:
+            out[str(name)] = read(section.sub(str(name), required=True))
+        section.done()
+        return out
+
+    def done(self) -> None:
+        unknown = sorted(set(map(str, self.data)) - self._read)
+        if unknown:
+            known = ", ".join(sorted(self._read)) or "none"
+            raise SpecError(self.at(unknown[0]), f"unknown field; expected one of: {known}")
+
+
+def parse_enum(enum_type: type[E], value: object, field: str) -> E:
+    """``'1f1b'`` -> ``Schedule.ONE_F_ONE_B``; the error lists the accepted values."""
+    for member in enum_type:
+        if value == member.value or (isinstance(value, str) and str(member.value) == value.lower()):
+            return member
+    accepted = "|".join(str(m.value) for m in enum_type)
+    raise SpecError(field, f"expected one of {accepted}, got {value!r}")

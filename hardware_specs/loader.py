@@ -1,0 +1,165 @@
+"""The hardware catalog: built-in YAML files plus the user's directories, loaded into specs.
+
+Each YAML file may hold any of the sections ``devices``, ``nodes``, ``fabrics``,
+``memory_tiers`` and ``failure_models``, each a mapping ``name -> spec``. Directories given
+later override entries of the same name from earlier ones (a user's calibrated ``h100-sxm``
+replaces the built-in one); within one directory a name may appear once.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hardware_specs.cluster import ClusterSpec
+from hardware_specs.device import DeviceSpec, read_device
+from hardware_specs.errors import SpecError
+from hardware_specs.fabric import FabricSpec, read_fabric
+from hardware_specs.failures import FailureModel, read_failure_model
+from hardware_specs.fields import Fields
+from hardware_specs.memory import MemoryTierSpec, read_tier
+from hardware_specs.node import NodeSpec, read_node
+
+BUILTIN_DIR = Path(__file__).parent / "catalog"
+
+_READERS: dict[str, Callable[[Fields], Any]] = {
+    "devices": read_device,
+    "nodes": read_node,
+    "fabrics": read_fabric,
+    "memory_tiers": read_tier,
+    "failure_models": read_failure_model,
+}
+
+DEFAULT_FABRIC = "rail-optimized-nonblocking"
+DEFAULT_FAILURE_MODEL = "llama3-405b-h100"
+DEFAULT_CHECKPOINT_STORAGE = "parallel-fs"
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """Every named spec known to this run, by section; ``origin`` says which file each came from."""
+
+    devices: Mapping[str, DeviceSpec]
+    nodes: Mapping[str, NodeSpec]
+    fabrics: Mapping[str, FabricSpec]
+    memory_tiers: Mapping[str, MemoryTierSpec]
+    failure_models: Mapping[str, FailureModel]
+    origin: Mapping[tuple[str, str], str] = field(default_factory=dict)
+
+    def section(self, name: str) -> Mapping[str, Any]:
+        return getattr(self, name)
+
+    def get(self, section: str, name: str, field_path: str) -> Any:
+        entries = self.section(section)
+        if name in entries:
+            return entries[name]
+        close = difflib.get_close_matches(name, list(entries), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise SpecError(field_path, f"unknown {section[:-1].replace('_', ' ')} {name!r}{hint} "
+                        f"(`clustersim hardware list` shows them all)")
+
+    def device(self, name: str, field_path: str = "cluster.gpu") -> DeviceSpec:
+        return self.get("devices", name, field_path)
+
+    def cluster(self, *, device: str, num_devices: int, node: str | None = None,
+                fabric: str | None = None, failure_model: str | None = None,
+                checkpoint_storage: str | None = None, devices_per_node: int | None = None,
+                path: str = "cluster") -> ClusterSpec:
+        """Assemble a :class:`ClusterSpec`; omitted parts take the device's usual node, a
+        non-blocking rail-optimised fat-tree and the default failure model and storage.
+        ``devices_per_node`` populates a node with fewer (or more) devices, keeping each
+        device's share of NICs."""
+        dev = self.device(device, f"{path}.gpu")
+        node_spec = self.get("nodes", node or dev.default_node, f"{path}.node")
+        if devices_per_node is not None and devices_per_node != node_spec.devices_per_node:
+            if devices_per_node < 1:
+                raise SpecError(f"{path}.gpus_per_node", f"expected >= 1, got {devices_per_node}")
+            nics = max(1, round(node_spec.nic_count * devices_per_node / node_spec.devices_per_node))
+            node_spec = replace(node_spec, devices_per_node=devices_per_node, nic_count=nics)
+        if num_devices < 1:
+            raise SpecError(f"{path}.num_gpus", f"expected at least 1, got {num_devices}")
+        if num_devices > node_spec.devices_per_node and num_devices % node_spec.devices_per_node:
+            raise SpecError(f"{path}.num_gpus", f"{num_devices} is not a whole number of "
+                            f"{node_spec.name} nodes ({node_spec.devices_per_node} devices each)")
+        return ClusterSpec(
+            device=dev,
+            node=node_spec,
+            num_devices=num_devices,
+            fabric=self.get("fabrics", fabric or DEFAULT_FABRIC, f"{path}.fabric"),
+            failure_model=self.get("failure_models", failure_model or DEFAULT_FAILURE_MODEL,
+                                   f"{path}.failure_model"),
+            host_memory=self.get("memory_tiers", node_spec.host_memory, f"{path}.node"),
+            local_storage=self.get("memory_tiers", node_spec.local_storage, f"{path}.node"),
+            checkpoint_storage=self.get("memory_tiers",
+                                        checkpoint_storage or DEFAULT_CHECKPOINT_STORAGE,
+                                        f"{path}.checkpoint_storage"),
+        )
+
+
+def _load_file(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise SpecError(str(path), f"is not valid YAML: {err}") from None
+    top = Fields(data, "")
+    out: dict[str, dict[str, Any]] = {}
+    for section, reader in _READERS.items():
+        try:
+            out[section] = top.mapping(section, reader)
+        except SpecError as err:
+            raise SpecError(f"{path.name}: {err.field}", err.message) from None
+    try:
+        top.done()
+    except SpecError as err:
+        raise SpecError(f"{path.name}: {err.field}",
+                        "unknown section; expected one of: " + ", ".join(_READERS)) from None
+    return out
+
+
+def _yaml_files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        raise SpecError("--catalog", f"{directory} is not a directory")
+    return sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml"))
+
+
+@functools.lru_cache(maxsize=16)
+def _load_cached(dirs: tuple[Path, ...], files: tuple[Path, ...]) -> Catalog:
+    merged: dict[str, dict[str, Any]] = {s: {} for s in _READERS}
+    origin: dict[tuple[str, str], str] = {}
+    sources = [(d, _yaml_files(d)) for d in dirs] + [(f.parent, [f]) for f in files]
+    for directory, paths in sources:
+        seen_here: dict[tuple[str, str], Path] = {}
+        for path in paths:
+            for section, entries in _load_file(path).items():
+                for name, spec in entries.items():
+                    key = (section, name)
+                    if key in seen_here:
+                        raise SpecError(f"{path.name}: {section}.{name}",
+                                        f"also defined in {seen_here[key].name}")
+                    seen_here[key] = path
+                    merged[section][name] = spec
+                    origin[key] = str(path)
+    return Catalog(origin=origin, **merged)
+
+
+def load_catalog(extra: Iterable[str | Path] = ()) -> Catalog:
+    """The built-in catalog, overridden by each extra directory or YAML file in order."""
+    dirs, files = [BUILTIN_DIR], []
+    for item in extra:
+        p = Path(item).expanduser().resolve()
+        if p.is_file():
+            files.append(p)
+        else:
+            dirs.append(p)
+    return _load_cached(tuple(dirs), tuple(files))
+
+
+def with_device(cluster: ClusterSpec, device: DeviceSpec) -> ClusterSpec:
+    """The same cluster with another device spec (e.g. a calibrated or degraded one)."""
+    return replace(cluster, device=device)

@@ -1,0 +1,55 @@
+"""Memory and storage tiers below HBM: where offload and checkpoints go."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from hardware_specs.fields import Fields
+from hardware_specs.units import Quantity
+
+
+class TierKind(enum.Enum):
+    HBM = "hbm"
+    HOST_DRAM = "host_dram"
+    CXL = "cxl"
+    NON_VOLATILE = "non_volatile"
+    LOCAL_NVME = "local_nvme"
+    PARALLEL_FS = "parallel_fs"
+
+
+class TierScope(enum.Enum):
+    """Who shares a tier's bandwidth: one device, one node, or the whole cluster."""
+
+    DEVICE = "device"
+    NODE = "node"
+    CLUSTER = "cluster"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryTierSpec:
+    """Capacity and bandwidth of one tier, per ``scope`` (a node's DRAM, a cluster's filesystem)."""
+
+    name: str
+    kind: TierKind
+    scope: TierScope
+    capacity_bytes: float
+    read_bandwidth: float
+    write_bandwidth: float
+    latency_s: float
+    source: str = ""
+
+
+def read_tier(f: Fields) -> MemoryTierSpec:
+    spec = MemoryTierSpec(
+        name=f.path.rsplit(".", 1)[-1],
+        kind=f.choice("kind", TierKind),
+        scope=f.choice("scope", TierScope),
+        capacity_bytes=f.quantity("capacity", Quantity.BYTES),
+        read_bandwidth=f.quantity("read_bandwidth", Quantity.BANDWIDTH),
+        write_bandwidth=f.quantity("write_bandwidth", Quantity.BANDWIDTH),
+        latency_s=f.quantity("latency", Quantity.TIME),
+        source=f.text("source", ""),
+    )
+    f.done()
+    return spec

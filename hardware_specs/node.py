@@ -1,0 +1,95 @@
+"""What a server (or an NVLink domain such as NVL72) is: devices, scale-up fabric, NICs, host."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from hardware_specs.fields import Fields
+from hardware_specs.units import Quantity
+
+
+class ScaleUpKind(enum.Enum):
+    NVSWITCH = "nvswitch"
+    NVLINK_MESH = "nvlink_mesh"
+    XGMI = "xgmi"
+    PCIE = "pcie"
+    SHARED_MEMORY = "shared_memory"
+
+
+class NicKind(enum.Enum):
+    IB_EDR = "ib_edr"
+    IB_HDR = "ib_hdr"
+    IB_NDR = "ib_ndr"
+    IB_XDR = "ib_xdr"
+    ROCE = "roce"
+    ETHERNET = "ethernet"
+    LOOPBACK = "loopback"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeSpec:
+    """One scale-up domain: the devices that talk over NVLink/NVSwitch/xGMI, and its NICs."""
+
+    name: str
+    device: str
+    """Catalog name of the device a node normally carries."""
+    devices_per_node: int
+    scale_up_kind: ScaleUpKind
+    scale_up_bandwidth: float
+    """Per device, per direction, bytes/s, through the scale-up fabric."""
+    scale_up_latency_s: float
+    """One hop through the scale-up fabric (a device-to-device write becoming visible)."""
+    nvls: bool
+    """NVLink SHARP (in-switch reduction) is available."""
+    nic_count: int
+    nic_bandwidth: float
+    """Per NIC, per direction, bytes/s."""
+    nic_kind: NicKind
+    nic_latency_s: float
+    """One network hop end to end, NIC to NIC through one switch."""
+    pcie_generation: int
+    pcie_bandwidth: float
+    """Per device to the host, per direction, bytes/s."""
+    host_memory: str
+    """Catalog name of the node's host DRAM tier."""
+    local_storage: str
+    """Catalog name of the node's local NVMe tier."""
+    scale_up_efficiency: float = 0.85
+    """Fraction of scale-up bandwidth NCCL's large transfers reach. Default from nccl-tests on
+    DGX A100 (NVLink3, 300 GB/s per direction): all-gather busbw 253.6 GB/s (Azure NDm A100 v4,
+    microsoft/mscclpp docs/performance-ndmv4.md) = 0.85."""
+    nic_efficiency: float = 0.92
+    """Fraction of NIC line rate NCCL's large transfers reach. Default from nccl-tests on two
+    NDm A100 v4 nodes (8 x 200 Gb/s HDR): all-reduce busbw 183.8-188.2 GB/s of 200 = 0.92-0.94."""
+    source: str = ""
+
+    @property
+    def network_bandwidth(self) -> float:
+        """All NICs of the node together, per direction."""
+        return self.nic_count * self.nic_bandwidth
+
+
+def read_node(f: Fields) -> NodeSpec:
+    spec = NodeSpec(
+        name=f.path.rsplit(".", 1)[-1],
+        device=f.text("device"),
+        devices_per_node=f.integer("devices_per_node", minimum=1),
+        scale_up_kind=f.choice("scale_up_kind", ScaleUpKind),
+        scale_up_bandwidth=f.quantity("scale_up_bandwidth", Quantity.BANDWIDTH),
+        scale_up_latency_s=f.quantity("scale_up_latency", Quantity.TIME),
+        nvls=f.boolean("nvls", False),
+        nic_count=f.integer("nic_count", minimum=0),
+        nic_bandwidth=f.quantity("nic_bandwidth", Quantity.BANDWIDTH),
+        nic_kind=f.choice("nic_kind", NicKind),
+        nic_latency_s=f.quantity("nic_latency", Quantity.TIME),
+        pcie_generation=f.integer("pcie_generation", minimum=1),
+        pcie_bandwidth=f.quantity("pcie_bandwidth", Quantity.BANDWIDTH),
+        host_memory=f.text("host_memory"),
+        local_storage=f.text("local_storage"),
+        scale_up_efficiency=f.number("scale_up_efficiency", 0.85, minimum=0.05, maximum=1.0),
+        nic_efficiency=f.number("nic_efficiency", 0.92, minimum=0.05, maximum=1.0),
+        source=f.text("source", ""),
+    )
+    f.done()
+    return spec

@@ -1,0 +1,92 @@
+"""Kernel times: a roofline whose compute ceiling depends on the op's class and shape.
+
+- GEMMs run at ``peak x matmul efficiency x shape factor``. The matmul efficiency is the device's
+  measured best (max-achievable matmul FLOPS). The shape factor models how cuBLAS-style kernels
+  lose throughput on small or skinny shapes: the output is cut into tiles (the best of a few
+  tile sizes, smaller tiles costing some per-SM throughput), tiles run in waves over the SMs so
+  a partial last wave idles SMs ("wave quantization", NVIDIA's Matrix Multiplication Background
+  User's Guide), and each tile's K loop pays a fixed prologue/epilogue, so k/(k + K0) of it is
+  useful work (normalised to the K of the max-achievable measurement).
+- Fused attention runs at ``peak x attention efficiency`` with the same tile/wave and K-loop terms
+  (query tiles over batch x heads; the key length plays K).
+- Element-wise kernels move bytes at ``HBM bandwidth x memory efficiency``.
+Every kernel is also bounded below by its HBM traffic (roofline) and pays a launch gap.
+A calibrated device profile (``efficiency.curves``) replaces the analytic factors by measured
+``size -> fraction`` curves.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hardware_specs import DeviceSpec, Dtype, OpClass
+from workloads.layer_ops import Kernel
+from workloads.trace import ComputeOp
+
+# Output tile shapes (m x n) a GEMM library chooses among, with the fraction of the largest
+# tile's per-SM throughput each sustains (smaller tiles re-read operands more often).
+TILES = ((256, 128, 1.0), (128, 128, 0.94), (128, 64, 0.85), (64, 64, 0.72))
+K_LOOP_OVERHEAD = 128
+"""Equivalent K elements of fixed per-tile cost (prologue, epilogue, pipeline fill)."""
+K_REFERENCE = 2048
+"""K of the shapes where max-achievable matmul FLOPS were measured (e.g. 6912x16384x2048)."""
+ATTENTION_KEY_OVERHEAD = 384
+"""Equivalent keys of fixed per-query-tile cost in flash attention (FA-2 reaches ~60% of its
+long-sequence throughput at 512 tokens, FA-2 paper Fig. 6)."""
+LAUNCH_GAP_S = 2e-6
+"""Idle time between dependent kernels on one stream (launch latency, tail)."""
+
+
+def shape_factor(m: int, n: int, k: int, batch: int, sms: int, k_overhead: float) -> float:
+    """Fraction of the ceiling a tiled kernel of this shape reaches (see module docstring)."""
+    best = 0.0
+    for tm, tn, tile_eff in TILES:
+        tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)
+        tiles = batch * tiles_m * tiles_n
+        waves = math.ceil(tiles / sms)
+        wave_eff = tiles / (waves * sms)
+        pad_eff = (m * n) / (tiles_m * tm * tiles_n * tn)
+        best = max(best, tile_eff * wave_eff * pad_eff)
+    k_eff = (k / (k + k_overhead)) / (K_REFERENCE / (K_REFERENCE + k_overhead))
+    return best * min(1.0, k_eff)
+
+
+class ComputeModel:
+    """Times of kernels and compute ops on one device."""
+
+    def __init__(self, device: DeviceSpec):
+        self.device = device
+        self.vector_peak = device.peak_flops.get(Dtype.FP32, max(device.peak_flops.values()))
+        self.bandwidth = device.memory_bandwidth * device.efficiency.memory
+        self._times: dict[int, tuple[tuple[Kernel, ...], float]] = {}
+
+    def efficiency(self, k: Kernel) -> float:
+        eff = self.device.efficiency
+        curve = eff.curves.get(k.op_class)
+        if curve is not None:
+            return curve(k.bytes if k.op_class is OpClass.ELEMENTWISE else k.flops)
+        sms = self.device.compute_units
+        if k.op_class is OpClass.MATMUL:
+            return eff.matmul * shape_factor(k.m, k.n, k.k, k.batch, sms, K_LOOP_OVERHEAD)
+        if k.op_class is OpClass.ATTENTION:
+            # Query tiles of 128 over batch x heads; the key length is the inner loop.
+            return eff.attention * shape_factor(k.m, 128, k.n, k.batch, sms, ATTENTION_KEY_OVERHEAD)
+        return eff.memory
+
+    def kernel_time(self, k: Kernel) -> float:
+        if k.op_class is OpClass.ELEMENTWISE:
+            curve = self.device.efficiency.curves.get(OpClass.ELEMENTWISE)
+            bw = self.device.memory_bandwidth * curve(k.bytes) if curve else self.bandwidth
+            return LAUNCH_GAP_S + max(k.bytes / bw, k.flops / self.vector_peak)
+        peak = self.device.flops(k.dtype)
+        compute = k.flops / (peak * self.efficiency(k))
+        return LAUNCH_GAP_S + max(compute, k.bytes / self.bandwidth)
+
+    def op_time(self, op: ComputeOp) -> float:
+        """Sum of the op's kernel times (memoised per kernel tuple: layers share theirs)."""
+        hit = self._times.get(id(op.kernels))
+        if hit is not None and hit[0] is op.kernels:
+            return hit[1]
+        t = sum(self.kernel_time(k) for k in op.kernels)
+        self._times[id(op.kernels)] = (op.kernels, t)
+        return t

@@ -1,0 +1,346 @@
+"""The SimPy engine: replay a Trace on a cluster, one process per (rank class, stream).
+
+- Ops of a stream run in order; an op also waits for its ``deps`` (CUDA-stream semantics). The
+  pp stream is the exception: each send/recv is posted as soon as its deps are done, like
+  NCCL's non-blocking isend/irecv, so neighbouring stages never deadlock.
+- A collective waits until every rank class of its group has reached it (rendezvous), then
+  takes the network model's time; a send and its matching recv start together.
+- Exposed communication is time the compute stream waits on a communication op; waiting for a
+  recv whose sender had not yet posted it is pipeline bubble.
+- Same-time events are ordered by SimPy's (time, priority, insertion) key and processes are
+  created in a fixed order, so a run is deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import simpy
+
+from hardware_specs import ClusterSpec, Dtype
+from simulator.classes import RankClass, rank_classes
+from simulator.cost.compute import ComputeModel
+from simulator.cost.network import GroupShape, NetworkModel
+from simulator.result import AXES, Breakdown, ClassSummary, OpRecord, StepResult
+from workloads.trace import (
+    CollectiveOp, ComputeOp, CopyOp, MemoryOp, Op, Phase, RecvOp, SendOp, Stream, Trace,
+)
+
+_AXIS_OF_GROUP = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp", "embedding": "dp"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SimulationOptions:
+    comm_slowdown_when_overlapped: float = 0.0
+    """Extra fraction of time a collective takes when it starts while the compute stream is
+    busy (NCCL kernels and GEMMs compete for SMs and HBM; vTrain, MICRO'24, measured NCCL ~30%
+    slower inside training than alone)."""
+    compute_slowdown_when_overlapped: float = 0.0
+    """Extra fraction of time a compute op takes when communication is in flight on its rank."""
+    expand: bool = False
+    """Simulate every rank on its own (for checking the rank-class collapse)."""
+    record: bool = True
+    """Keep per-op records (for the Chrome trace and breakdowns of every class)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    """In-step conditions: per-rank compute slowdown and per-rank network slowdown factors."""
+
+    compute_slowdown: Mapping[int, float] = field(default_factory=dict)
+    """rank -> factor > 1 (a straggler GPU: thermal throttling, a bad HBM stack)."""
+    link_slowdown: Mapping[int, float] = field(default_factory=dict)
+    """rank -> factor > 1 on the time of every communication it takes part in (degraded NIC
+    or cable)."""
+
+    def condition(self, rank: int) -> tuple[float, float]:
+        return (self.compute_slowdown.get(rank, 1.0), self.link_slowdown.get(rank, 1.0))
+
+    def ranks(self) -> set[int]:
+        return set(self.compute_slowdown) | set(self.link_slowdown)
+
+
+class _Rendezvous:
+    __slots__ = ("needed", "arrived", "event", "posted")
+
+    def __init__(self, env: simpy.Environment, needed: frozenset[int]):
+        self.needed = needed
+        self.arrived: set[int] = set()
+        self.event = env.event()
+        self.posted: dict[int, float] = {}
+
+
+class _ClassState:
+    """Run-time state of one rank class."""
+
+    __slots__ = ("cls", "ops", "finish", "arrive", "previous", "waiters", "records",
+                 "compute_busy_until", "comms_in_flight", "seq", "signature", "shape",
+                 "compute_slow", "link_slow", "send_posted")
+
+    def __init__(self, cls: RankClass, ops: tuple[Op, ...], slow: tuple[float, float]):
+        self.cls = cls
+        self.ops = ops
+        self.finish: list[float] = [math.nan] * len(ops)
+        self.arrive: list[float] = [0.0] * len(ops)
+        """When each op was ready to start (its deps and its stream predecessor done)."""
+        self.previous: list[int] = [-1] * len(ops)
+        """The op before it on its stream (-1: first, or on the unordered pp stream)."""
+        self.waiters: dict[int, simpy.Event] = {}
+        self.records: list[OpRecord] = []
+        self.compute_busy_until = 0.0
+        self.comms_in_flight = 0
+        self.seq: dict[str, int] = {}
+        self.signature: dict[str, tuple[int, ...]] = {}
+        self.shape: dict[str, GroupShape] = {}
+        self.compute_slow, self.link_slow = slow
+        self.send_posted: dict[int, float] = {}
+        """recv op id -> when the matching send was posted (before that it is bubble)."""
+
+
+class StepSimulation:
+    def __init__(self, trace: Trace, cluster: ClusterSpec,
+                 options: SimulationOptions = SimulationOptions(), faults: Faults = Faults()):
+        self.trace, self.cluster, self.options, self.faults = trace, cluster, options, faults
+        self.compute = ComputeModel(cluster.device)
+        self.network = NetworkModel(cluster)
+        conditions = {r: faults.condition(r) for r in faults.ranks()}
+        self.classes, self.class_of = rank_classes(trace, conditions, expand=options.expand)
+        self.env = simpy.Environment()
+        self.states = [
+            _ClassState(c, trace.programs[c.program].ops, faults.condition(c.representative))
+            for c in self.classes]
+        self.rendezvous: dict[tuple, _Rendezvous] = {}
+
+    # --- structure ----------------------------------------------------------------------
+    def _signature(self, st: _ClassState, group_set: str) -> tuple[int, ...]:
+        sig = st.signature.get(group_set)
+        if sig is None:
+            group = self.trace.group_of(group_set, st.cls.representative)
+            sig = st.signature[group_set] = tuple(int(self.class_of[r]) for r in group)
+            st.shape[group_set] = GroupShape.of(group, self.cluster)
+        return sig
+
+    def _link_factor(self, classes) -> float:
+        return max(self.states[c].link_slow for c in classes)
+
+    # --- waiting ----------------------------------------------------------------------------
+    def _wait(self, st: _ClassState, op_id: int) -> simpy.Event:
+        ev = st.waiters.get(op_id)
+        if ev is None:
+            ev = st.waiters[op_id] = self.env.event()
+        return ev
+
+    def _done(self, st: _ClassState, op: Op, start: float, category: str) -> None:
+        now = self.env.now
+        st.finish[op.id] = now
+        ev = st.waiters.pop(op.id, None)
+        if ev is not None:
+            ev.succeed()
+        if self.options.record or isinstance(op, ComputeOp):
+            st.records.append(OpRecord(st.cls.index, op.id, op.name, op.stream.value, start, now,
+                                       category))
+
+    # --- processes --------------------------------------------------------------------------
+    def _stream(self, st: _ClassState, ops: list[Op]):
+        for op in ops:
+            yield from self._run_op(st, op)
+
+    def _single(self, st: _ClassState, op: Op):
+        yield from self._run_op(st, op)
+
+    def _run_op(self, st: _ClassState, op: Op):
+        finish = st.finish
+        for d in op.deps:
+            if finish[d] != finish[d]:  # NaN: not finished yet
+                yield self._wait(st, d)
+        st.arrive[op.id] = self.env.now
+        if isinstance(op, ComputeOp):
+            yield from self._compute(st, op)
+        elif isinstance(op, CollectiveOp):
+            yield from self._collective(st, op)
+        elif isinstance(op, (SendOp, RecvOp)):
+            yield from self._p2p(st, op)
+        elif isinstance(op, CopyOp):
+            start = self.env.now
+            yield self.env.timeout(self.network.copy_time(op.kind, op.bytes))
+            self._done(st, op, start, "other")
+        elif isinstance(op, MemoryOp):
+            self._done(st, op, self.env.now, "memory")
+
+    def _compute(self, st: _ClassState, op: ComputeOp):
+        env = self.env
+        start = env.now
+        duration = self.compute.op_time(op) * st.compute_slow
+        if st.comms_in_flight and self.options.compute_slowdown_when_overlapped:
+            duration *= 1.0 + self.options.compute_slowdown_when_overlapped
+        st.compute_busy_until = start + duration
+        yield env.timeout(duration)
+        self._done(st, op, start, op.phase.value)
+
+    def _collective(self, st: _ClassState, op: CollectiveOp):
+        env = self.env
+        sig = self._signature(st, op.group)
+        seq = st.seq.get(op.group, 0)
+        st.seq[op.group] = seq + 1
+        key = (op.group, sig, seq)
+        rv = self.rendezvous.get(key)
+        if rv is None:
+            rv = self.rendezvous[key] = _Rendezvous(env, frozenset(sig))
+        rv.arrived.add(st.cls.index)
+        arrived = env.now
+        st.comms_in_flight += 1
+        if rv.arrived == rv.needed:
+            del self.rendezvous[key]
+            duration = self.network.collective_time(op.kind, op.bytes, st.shape[op.group])
+            duration *= self._link_factor(rv.needed)
+            busy = any(self.states[c].compute_busy_until > env.now for c in rv.needed)
+            if busy and self.options.comm_slowdown_when_overlapped:
+                duration *= 1.0 + self.options.comm_slowdown_when_overlapped
+            yield env.timeout(duration)
+            rv.event.succeed()
+        else:
+            yield rv.event
+        st.comms_in_flight -= 1
+        self._done(st, op, arrived, _AXIS_OF_GROUP.get(op.group, "dp"))
+
+    def _p2p(self, st: _ClassState, op: SendOp | RecvOp):
+        env = self.env
+        group = self.trace.group_of(op.group, st.cls.representative)
+        peer_rank = group[op.peer]
+        peer = int(self.class_of[peer_rank])
+        me = st.cls.index
+        src, dst = (me, peer) if isinstance(op, SendOp) else (peer, me)
+        key = ("p2p", src, dst, op.tag)
+        rv = self.rendezvous.get(key)
+        if rv is None:
+            rv = self.rendezvous[key] = _Rendezvous(env, frozenset((0, 1)))
+        side = 0 if isinstance(op, SendOp) else 1
+        rv.arrived.add(side)
+        rv.posted[side] = env.now
+        posted = env.now
+        st.comms_in_flight += 1
+        if len(rv.arrived) == 2:
+            del self.rendezvous[key]
+            if isinstance(op, RecvOp):
+                st.send_posted[op.id] = rv.posted[0]
+            same_node = (st.cls.representative // self.cluster.devices_per_node
+                         == peer_rank // self.cluster.devices_per_node)
+            duration = self.network.p2p_time(op.bytes, same_node) * self._link_factor((src, dst))
+            yield env.timeout(duration)
+            rv.event.succeed()
+        else:
+            yield rv.event
+            if isinstance(op, RecvOp):
+                st.send_posted[op.id] = rv.posted[0]
+        st.comms_in_flight -= 1
+        self._done(st, op, posted, "pp")
+
+    # --- running ----------------------------------------------------------------------------
+    def run(self) -> StepResult:
+        wall = time.perf_counter()
+        for st in self.states:
+            by_stream: dict[Stream, list[Op]] = {}
+            for op in st.ops:
+                by_stream.setdefault(op.stream, []).append(op)
+            for stream, ops in by_stream.items():
+                if stream is not Stream.PP:
+                    for before, after in zip(ops, ops[1:]):
+                        st.previous[after.id] = before.id
+                if stream is Stream.PP:
+                    for op in ops:
+                        self.env.process(self._single(st, op))
+                else:
+                    self.env.process(self._stream(st, ops))
+        self.env.run()
+        stuck = [st for st in self.states if any(f != f for f in st.finish)]
+        if stuck:
+            st = stuck[0]
+            op = st.ops[next(i for i, f in enumerate(st.finish) if f != f)]
+            raise RuntimeError(f"deadlock: rank class {st.cls.index} never finished op {op.id} "
+                               f"({op.name}); the trace's collectives or send/recv do not match")
+        return self._result(time.perf_counter() - wall)
+
+    def _blocker(self, st: _ClassState, op_id: int) -> int:
+        """The dep (or stream predecessor) that finished last before ``op_id`` could start."""
+        op = st.ops[op_id]
+        candidates = list(op.deps) + ([st.previous[op_id]] if st.previous[op_id] >= 0 else [])
+        return max(candidates, key=lambda d: st.finish[d]) if candidates else -1
+
+    def _attribute(self, st: _ClassState, op_id: int, a: float, b: float, parts: dict) -> None:
+        """Charge the wait [a, b] to the op that ended it, and the part before that op was
+        even ready to the op that held it back, and so on down the chain."""
+        while op_id >= 0 and b - a > 1e-12:
+            op = st.ops[op_id]
+            own = max(a, st.arrive[op_id])
+            if own < b:
+                if isinstance(op, RecvOp):
+                    posted = st.send_posted.get(op_id, own)
+                    waiting = min(max(posted - own, 0.0), b - own)
+                    parts["bubble"] += waiting
+                    parts["pp"] += b - own - waiting
+                elif isinstance(op, (CollectiveOp, SendOp)):
+                    parts[_AXIS_OF_GROUP.get(op.group, "dp")] += b - own
+                else:
+                    parts["other"] += b - own
+            b = min(b, st.arrive[op_id])
+            op_id = self._blocker(st, op_id)
+        if b - a > 1e-12:
+            parts["other"] += b - a
+
+    def _breakdown(self, st: _ClassState) -> tuple[Breakdown, float]:
+        parts = {a: 0.0 for a in AXES} | {"bubble": 0.0, "other": 0.0}
+        compute = optimizer = 0.0
+        prev_end = 0.0
+        for rec in (r for r in st.records if r.stream == Stream.COMPUTE.value):
+            if rec.start - prev_end > 1e-12:
+                self._attribute(st, self._blocker(st, rec.op_id), prev_end, rec.start, parts)
+            busy = rec.end - rec.start
+            if rec.category == Phase.OPTIMIZER.value:
+                optimizer += busy
+            else:
+                compute += busy
+            prev_end = rec.end
+        finish = max(st.finish) if st.finish else 0.0
+        if finish - prev_end > 1e-12:
+            last = max(range(len(st.ops)), key=lambda i: st.finish[i])
+            self._attribute(st, last, prev_end, finish, parts)
+        exposed = {a: parts[a] for a in AXES}
+        return Breakdown(compute, exposed, parts["bubble"], optimizer, parts["other"]), finish
+
+    def _result(self, wall: float) -> StepResult:
+        summaries = []
+        for st in self.states:
+            bd, finish = self._breakdown(st)
+            prog = self.trace.programs[st.cls.program]
+            summaries.append(ClassSummary(st.cls.index, prog.name, st.cls.multiplicity,
+                                          st.cls.representative, finish, bd))
+        critical = max(summaries, key=lambda s: (s.finish_s, -s.index))
+        step = critical.finish_s
+        world = self.trace.world_size
+        peak_flops = self.cluster.device.flops(Dtype(self.trace.meta.get("peak_dtype", "bf16")))
+        tflops = self.trace.model_flops / step / world if step > 0 else 0.0
+        peak_mem = max(p.peak_memory_bytes for p in self.trace.programs)
+        records = tuple(r for st in self.states for r in st.records) if self.options.record else ()
+        return StepResult(
+            step_time_s=step,
+            tokens_per_s=self.trace.tokens / step if step > 0 else 0.0,
+            tflops_per_gpu=tflops / 1e12,
+            mfu=tflops / peak_flops,
+            peak_memory_gb=peak_mem / 1e9,
+            fits_in_memory=peak_mem <= self.cluster.device.memory_bytes,
+            breakdown=critical.breakdown,
+            critical_class=critical.index,
+            classes=tuple(summaries),
+            events=next(self.env._eid),  # SimPy's event counter: events scheduled so far
+            wall_time_s=wall,
+            records=records,
+        )
+
+
+def simulate(trace: Trace, cluster: ClusterSpec, options: SimulationOptions = SimulationOptions(),
+             faults: Faults = Faults()) -> StepResult:
+    """Replay ``trace`` on ``cluster`` and return the step's timing and breakdown."""
+    return StepSimulation(trace, cluster, options, faults).run()

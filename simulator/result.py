@@ -1,0 +1,101 @@
+"""Results of a step simulation: plain dataclasses with ``to_dict()`` and DataFrame views."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+AXES = ("tp", "cp", "ep", "pp", "dp")
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """Where one rank's step time goes; the parts sum to the step time."""
+
+    compute_s: float
+    exposed_comm_s: dict[str, float]
+    bubble_s: float
+    optimizer_s: float
+    other_s: float
+
+    @property
+    def total_s(self) -> float:
+        return (self.compute_s + sum(self.exposed_comm_s.values()) + self.bubble_s
+                + self.optimizer_s + self.other_s)
+
+    def to_dict(self) -> dict:
+        return {"compute_s": self.compute_s,
+                "exposed_comm_s": {a: self.exposed_comm_s.get(a, 0.0) for a in AXES},
+                "bubble_s": self.bubble_s, "optimizer_s": self.optimizer_s,
+                "other_s": self.other_s}
+
+
+@dataclass(frozen=True, slots=True)
+class OpRecord:
+    """One op's execution on one rank class."""
+
+    rank_class: int
+    op_id: int
+    name: str
+    stream: str
+    start: float
+    end: float
+    category: str
+    """compute phase (forward/backward/recompute/optimizer) or communication axis."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClassSummary:
+    index: int
+    program: str
+    ranks: int
+    """Multiplicity: ranks this class stands for."""
+    representative: int
+    finish_s: float
+    breakdown: Breakdown
+
+
+@dataclass(frozen=True)
+class StepResult:
+    step_time_s: float
+    tokens_per_s: float
+    tflops_per_gpu: float
+    mfu: float
+    peak_memory_gb: float
+    fits_in_memory: bool
+    breakdown: Breakdown
+    critical_class: int
+    classes: tuple[ClassSummary, ...]
+    events: int
+    """SimPy events processed."""
+    wall_time_s: float
+    records: tuple[OpRecord, ...] = field(default=(), repr=False)
+
+    def to_dict(self) -> dict:
+        return {
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "mfu": self.mfu,
+            "peak_memory_gb": self.peak_memory_gb,
+            "fits_in_memory": self.fits_in_memory,
+            "breakdown": self.breakdown.to_dict(),
+            "critical_rank_class": self.critical_class,
+            "rank_classes": [
+                {"index": c.index, "program": c.program, "ranks": c.ranks,
+                 "representative_rank": c.representative, "finish_s": c.finish_s,
+                 "breakdown": c.breakdown.to_dict()} for c in self.classes],
+            "simulation": {"events": self.events, "wall_time_s": self.wall_time_s},
+        }
+
+    def frame(self):
+        """One row per rank class with its breakdown (a pandas DataFrame)."""
+        import pandas as pd
+        rows = []
+        for c in self.classes:
+            row = {"class": c.index, "program": c.program, "ranks": c.ranks,
+                   "finish_s": c.finish_s, "compute_s": c.breakdown.compute_s,
+                   "bubble_s": c.breakdown.bubble_s, "optimizer_s": c.breakdown.optimizer_s,
+                   "other_s": c.breakdown.other_s}
+            row.update({f"exposed_{a}_s": c.breakdown.exposed_comm_s.get(a, 0.0) for a in AXES})
+            rows.append(row)
+        return pd.DataFrame(rows)

@@ -1,0 +1,380 @@
+"""Trace generation for dense (and MoE) transformers under hybrid parallelism.
+
+One program per pipeline stage: every rank of a stage (all its TP, CP and DP peers) runs the same
+ops. What each op is, and where communication sits:
+
+- Tensor parallel (Megatron, Shoeybi et al. 2019): per layer an all-reduce after the attention
+  projection and after fc2 in forward, and one per block in backward; with sequence parallelism
+  (Korthikanti et al. 2022) each becomes an all-gather before and a reduce-scatter after the
+  block, and backward re-gathers the input for the weight gradient. Full recompute repeats the
+  forward's communication.
+- Context parallel (ring attention, Liu et al. 2023): cp - 1 exchanges of the local K/V block
+  with ring neighbours, each overlapped with the attention of the block already present;
+  backward also passes dK/dV. GQA makes the blocks smaller.
+- Expert parallel: all-to-all dispatch before and combine after the experts.
+- Pipeline parallel: the activation (and its gradient) sent between stages, split over the TP
+  ranks (Megatron's scatter/gather optimisation, SC'21 sec. 4.1).
+- Data parallel / ZeRO (Rajbhandari et al. SC'20): gradients reduced per layer bucket during the
+  last micro-batch's backward (all-reduce for ZeRO-0, reduce-scatter for 1-2), parameters
+  all-gathered after the optimizer (ZeRO-1/2); ZeRO-3 gathers each layer's parameters before its
+  forward and backward (one layer prefetched) and reduce-scatters its gradients every micro-batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from hardware_specs import SpecError
+from workloads.job import Job
+from workloads.layer_ops import Kernel, LayerOps, Pass
+from workloads.layout import Axis, ParallelLayout
+from workloads.memory import stage_memory, stage_params
+from workloads.stages import StagePlan, stage_plans
+from workloads.strategies.pipeline import stage_order
+from workloads.strategy import Offload, Recompute
+from workloads.trace import (
+    CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, GroupSet, Op, Phase, Program,
+    RecvOp, SendOp, Stream, Trace, validate,
+)
+
+_FWD_TAG, _BWD_TAG = 0, 1
+
+
+@dataclass
+class _Emitter:
+    """Appends ops to one program, tracking the last compute op for dependencies."""
+
+    ops: list[Op] = field(default_factory=list)
+    last_compute: int | None = None
+
+    def _id(self) -> int:
+        return len(self.ops)
+
+    def compute(self, name: str, phase: Phase, kernels: tuple[Kernel, ...],
+                deps: tuple[int, ...] = ()) -> int:
+        op_id = self._id()
+        self.ops.append(ComputeOp(op_id, name, phase, kernels, tuple(sorted(set(deps)))))
+        self.last_compute = op_id
+        return op_id
+
+    def collective(self, name: str, kind: CollectiveKind, nbytes: float, group: str,
+                   stream: Stream, deps: tuple[int, ...] = ()) -> int:
+        op_id = self._id()
+        self.ops.append(CollectiveOp(op_id, name, kind, nbytes, group, stream,
+                                     tuple(sorted(set(deps)))))
+        return op_id
+
+    def send(self, name: str, peer: int, nbytes: float, tag: int, deps: tuple[int, ...]) -> int:
+        op_id = self._id()
+        self.ops.append(SendOp(op_id, name, "pp", peer, nbytes, tag, deps=deps))
+        return op_id
+
+    def recv(self, name: str, peer: int, nbytes: float, tag: int) -> int:
+        op_id = self._id()
+        self.ops.append(RecvOp(op_id, name, "pp", peer, nbytes, tag))
+        return op_id
+
+    def copy(self, name: str, kind: CopyKind, nbytes: float, deps: tuple[int, ...]) -> int:
+        op_id = self._id()
+        self.ops.append(CopyOp(op_id, name, kind, nbytes, deps=deps))
+        return op_id
+
+    def after_compute(self) -> tuple[int, ...]:
+        return () if self.last_compute is None else (self.last_compute,)
+
+
+class _StageBuilder:
+    """Emits one pipeline stage's program."""
+
+    def __init__(self, job: Job, plan: StagePlan):
+        self.job, self.plan = job, plan
+        self.m, self.t, self.s = job.model, job.training, job.strategy
+        self.ops = LayerOps(self.m, self.t, self.s)
+        self.e = _Emitter()
+        self.elem = self.t.precision.activation_bytes
+        self.fwd_work = self.ops.forward()
+        self.bwd_work = self.ops.backward()
+        self.recompute_work = self.ops.recompute()
+        self.micro = job.micro_batches
+        layer_local = self.m.layer_params / self.s.tp
+        self.layer_param_bytes = layer_local * 2.0   # 16-bit gathered parameters (ZeRO-3)
+        self.layer_grad_bytes = layer_local * self.elem
+        self.grad_reduce_ops: list[int] = []
+        self.gather_ops: dict[tuple[Pass, int, int], int] = {}
+        self.activation_bytes = self.ops.tokens * self.m.hidden * self.elem
+
+    # --- helpers ---------------------------------------------------------------------
+    @property
+    def zero3(self) -> bool:
+        return self.s.zero >= 3 or self.s.offload is Offload.PARAMS
+
+    def _tp_block(self, name: str, phase: Phase, kernels: tuple[Kernel, ...], deps: tuple[int, ...],
+                  backward: bool) -> int:
+        """A block (attention or MLP) with its tensor-parallel communication around it."""
+        e, s = self.e, self.s
+        nbytes = self.activation_bytes
+        if s.tp > 1 and s.sequence_parallel:
+            gather = e.collective(f"{name}.tp_all_gather", CollectiveKind.ALL_GATHER, nbytes,
+                                  "tp", Stream.TP, deps=deps or e.after_compute())
+            deps = deps + (gather,)
+        op = e.compute(name, phase, kernels, deps)
+        if s.tp > 1:
+            kind = CollectiveKind.REDUCE_SCATTER if s.sequence_parallel else CollectiveKind.ALL_REDUCE
+            reduce = e.collective(f"{name}.tp_{kind.value}", kind, nbytes, "tp", Stream.TP, (op,))
+            return reduce
+        return op
+
+    def _ep_block(self, name: str, phase: Phase, kernels: tuple[Kernel, ...],
+                  deps: tuple[int, ...]) -> int:
+        """MoE MLP: dispatch all-to-all, experts, combine all-to-all (for ep > 1)."""
+        e, s, m = self.e, self.s, self.m
+        if not m.is_moe or s.ep == 1:
+            return self._tp_block(name, phase, kernels, deps, phase is Phase.BACKWARD)
+        routed_bytes = self.ops.tokens * m.top_k * m.hidden * self.elem
+        pre = tuple(k for k in kernels if not k.name.startswith("expert"))
+        experts = tuple(k for k in kernels if k.name.startswith("expert"))
+        first = e.compute(f"{name}.router", phase, pre, deps)
+        dispatch = e.collective(f"{name}.ep_dispatch", CollectiveKind.ALL_TO_ALL, routed_bytes,
+                                "ep", Stream.EP, (first,))
+        mid = e.compute(f"{name}.experts", phase, experts, (dispatch,))
+        return e.collective(f"{name}.ep_combine", CollectiveKind.ALL_TO_ALL, routed_bytes,
+                            "ep", Stream.EP, (mid,))
+
+    def _attention(self, name: str, phase: Phase, kernels: tuple[Kernel, ...],
+                   deps: tuple[int, ...], backward: bool) -> int:
+        """Attention block; with cp > 1 the core runs in cp pieces behind K/V ring exchanges."""
+        s, e = self.s, self.e
+        if s.cp == 1:
+            return self._tp_block(name, phase, kernels, deps, backward)
+        core_names = ("flash_attn", "attn_scores", "softmax", "attn_values")
+        is_core = [k.name.split(".")[0] in core_names for k in kernels]
+        first_core = is_core.index(True)
+        last_core = len(is_core) - 1 - is_core[::-1].index(True)
+        pre, core, post = kernels[:first_core], kernels[first_core:last_core + 1], kernels[last_core + 1:]
+        m = self.m
+        block = self.ops.tokens * max(1, m.kv_heads // s.tp) * m.head_dim * self.elem * 2  # K and V
+        block *= 2 if backward else 1     # backward also passes dK and dV
+        piece = tuple(_scaled(k, 1.0 / s.cp) for k in core)
+        start = self._tp_gather_if_sp(name, deps)
+        op = e.compute(f"{name}.pre", phase, pre, start) if pre else None
+        prev_exchange = None
+        ready = (op,) if op is not None else start
+        for step in range(s.cp):
+            core_deps = ready if step == 0 else (prev_exchange,)
+            if step < s.cp - 1:
+                prev_exchange = e.collective(f"{name}.cp_ring_{step}", CollectiveKind.RING_EXCHANGE,
+                                             block, "cp", Stream.CP,
+                                             ready if step == 0 else (prev_exchange,))
+            e.compute(f"{name}.core_{step}", phase, piece, core_deps)
+        out = e.compute(f"{name}.post", phase, post, e.after_compute())
+        if s.tp > 1:
+            kind = CollectiveKind.REDUCE_SCATTER if s.sequence_parallel else CollectiveKind.ALL_REDUCE
+            return e.collective(f"{name}.tp_{kind.value}", kind, self.activation_bytes, "tp",
+                                Stream.TP, (out,))
+        return out
+
+    def _tp_gather_if_sp(self, name: str, deps: tuple[int, ...]) -> tuple[int, ...]:
+        if self.s.tp > 1 and self.s.sequence_parallel:
+            g = self.e.collective(f"{name}.tp_all_gather", CollectiveKind.ALL_GATHER,
+                                  self.activation_bytes, "tp", Stream.TP,
+                                  deps or self.e.after_compute())
+            return deps + (g,)
+        return deps
+
+    def _gather_params(self, kind: Pass, micro: int, layer: int, deps: tuple[int, ...]) -> int:
+        """ZeRO-3 all-gather of one layer's parameters (deduplicated per pass and layer)."""
+        key = (kind, micro, layer)
+        if key not in self.gather_ops:
+            name = f"{kind.value}{micro}.layer{layer}.zero3_all_gather"
+            if self.s.offload is Offload.PARAMS:
+                deps = (self.e.copy(f"{name}.h2d", CopyKind.HOST_TO_DEVICE,
+                                    self.layer_param_bytes / (self.s.dp * self.s.cp), deps),)
+            self.gather_ops[key] = self.e.collective(
+                name, CollectiveKind.ALL_GATHER, self.layer_param_bytes, "dp", Stream.DP, deps)
+        return self.gather_ops[key]
+
+    # --- a layer -----------------------------------------------------------------------
+    def layer_forward(self, micro: int, layer: int, layers: list[int], phase: Phase,
+                      deps: tuple[int, ...]) -> int:
+        fwd = self.fwd_work
+        if self.zero3 and phase is Phase.FORWARD:
+            gather = self._gather_params(Pass.FORWARD, micro, layer, self.e.after_compute())
+            pos = layers.index(layer)
+            if pos + 1 < len(layers):   # prefetch the next layer while this one computes
+                self._gather_params(Pass.FORWARD, micro, layers[pos + 1], self.e.after_compute())
+            deps = deps + (gather,)
+        tag = f"{'fwd' if phase is Phase.FORWARD else 'recompute'}{micro}.layer{layer}"
+        attn = self._attention(f"{tag}.attn", phase, fwd.attention, deps, backward=False)
+        return self._ep_block(f"{tag}.mlp", phase, fwd.mlp, (attn,))
+
+    def layer_backward(self, micro: int, layer: int, layers: list[int], deps: tuple[int, ...],
+                       last_micro: bool) -> int:
+        e, s = self.e, self.s
+        if self.zero3:
+            gather = self._gather_params(Pass.BACKWARD, micro, layer, e.after_compute())
+            pos = layers.index(layer)
+            if pos + 1 < len(layers):
+                self._gather_params(Pass.BACKWARD, micro, layers[pos + 1], e.after_compute())
+            deps = deps + (gather,)
+        if s.recompute is Recompute.FULL:
+            deps = (self.layer_forward(micro, layer, layers, Phase.RECOMPUTE, deps),)
+        tag = f"bwd{micro}.layer{layer}"
+        mlp_kernels = self.bwd_work.mlp
+        attn_kernels = self.recompute_work.attention + self.bwd_work.attention \
+            if s.recompute is Recompute.SELECTIVE else self.bwd_work.attention
+        mlp = self._ep_block(f"{tag}.mlp", Phase.BACKWARD, mlp_kernels, deps)
+        attn = self._attention(f"{tag}.attn", Phase.BACKWARD, attn_kernels, (mlp,), backward=True)
+        grads_ready = e.last_compute
+        if self.zero3:
+            self.grad_reduce_ops.append(e.collective(
+                f"{tag}.zero3_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
+                self.layer_grad_bytes, "dp", Stream.DP, (grads_ready,)))
+        elif last_micro and s.dp * s.cp > 1:
+            kind = CollectiveKind.ALL_REDUCE if s.zero == 0 else CollectiveKind.REDUCE_SCATTER
+            self.grad_reduce_ops.append(e.collective(
+                f"{tag}.dp_{kind.value}", kind, self.layer_grad_bytes, "dp", Stream.DP,
+                (grads_ready,)))
+        return attn
+
+    # --- a chunk pass --------------------------------------------------------------------
+    def chunk_layers(self) -> list[list[int]]:
+        """Global layer indices of each of this stage's chunks."""
+        plans = stage_plans(self.m, self.s)
+        sizes = [0] * self.s.chunks
+        for p in plans:
+            for v, n in enumerate(p.chunk_layers):
+                sizes[v * self.s.pp + p.stage] = n
+        starts = [sum(sizes[:c]) for c in range(len(sizes))]
+        return [list(range(starts[c], starts[c] + sizes[c]))
+                for c in range(self.plan.stage, self.s.chunks, self.s.pp)]
+
+    def run(self) -> tuple[Op, ...]:
+        s, e = self.s, self.e
+        pp, v, stage = s.pp, s.virtual_stages, self.plan.stage
+        layers_of = self.chunk_layers()
+        last_global = s.chunks - 1
+        p2p_bytes = self.activation_bytes / s.tp
+        for slot in stage_order(s.schedule, pp, v, self.micro, stage):
+            g = slot.chunk * pp + stage      # global chunk index
+            layers = layers_of[slot.chunk]
+            prev_peer, next_peer = (stage - 1) % pp, (stage + 1) % pp
+            if slot.kind is Pass.FORWARD:
+                deps: tuple[int, ...] = ()
+                if g > 0:
+                    deps = (e.recv(f"recv_fwd{slot.micro}.chunk{g}", prev_peer, p2p_bytes,
+                                   _tag(_FWD_TAG, slot.micro, g)),)
+                if g == 0:
+                    deps = (e.compute(f"fwd{slot.micro}.embedding", Phase.FORWARD,
+                                      self.ops.embedding_forward(), deps),)
+                for layer in layers:
+                    deps = (self.layer_forward(slot.micro, layer, layers, Phase.FORWARD, deps),)
+                if g == last_global:
+                    e.compute(f"fwd{slot.micro}.head", Phase.FORWARD, self.ops.head_forward(), deps)
+                else:
+                    e.send(f"send_fwd{slot.micro}.chunk{g}", next_peer, p2p_bytes,
+                           _tag(_FWD_TAG, slot.micro, g + 1), deps)
+            else:
+                deps = ()
+                if g < last_global:
+                    deps = (e.recv(f"recv_bwd{slot.micro}.chunk{g}", next_peer, p2p_bytes,
+                                   _tag(_BWD_TAG, slot.micro, g)),)
+                else:
+                    deps = (e.compute(f"bwd{slot.micro}.head", Phase.BACKWARD,
+                                      self.ops.head_backward(), deps),)
+                last_micro = slot.micro == self.micro - 1
+                rev = layers[::-1]
+                for layer in rev:
+                    deps = (self.layer_backward(slot.micro, layer, rev, deps, last_micro),)
+                if g == 0:
+                    e.compute(f"bwd{slot.micro}.embedding", Phase.BACKWARD,
+                              self.ops.embedding_backward(), deps)
+                else:
+                    e.send(f"send_bwd{slot.micro}.chunk{g}", prev_peer, p2p_bytes,
+                           _tag(_BWD_TAG, slot.micro, g - 1), deps)
+        self.optimizer()
+        return tuple(e.ops)
+
+    def optimizer(self) -> None:
+        e, s, m = self.e, self.s, self.m
+        deps = tuple(self.grad_reduce_ops) + e.after_compute()
+        if m.tied_embeddings and s.pp > 1 and (self.plan.has_embedding or self.plan.has_head):
+            table = m.vocab * m.hidden / s.tp * self.elem
+            deps += (e.collective("embedding_grad_all_reduce", CollectiveKind.ALL_REDUCE, table,
+                                  "embedding", Stream.DP, e.after_compute()),)
+        dense, expert = stage_params(m, s, self.plan)
+        shard = (s.dp * s.cp) if s.zero >= 1 else 1
+        local = dense / shard + expert / max(1, (s.dp * s.cp // s.ep) if s.zero >= 1 else 1)
+        if s.offload is Offload.NONE:
+            step = e.compute("optimizer_step", Phase.OPTIMIZER, self.ops.optimizer_step(local), deps)
+        else:
+            grads = e.copy("grads_d2h", CopyKind.DEVICE_TO_HOST, local * self.elem, deps)
+            host = e.copy("host_adam", CopyKind.HOST_COMPUTE,
+                          self.ops.optimizer_step(local)[0].bytes, (grads,))
+            step = e.copy("params_h2d", CopyKind.HOST_TO_DEVICE, local * 2.0, (host,))
+        if 1 <= s.zero <= 2 and s.dp * s.cp > 1:
+            e.collective("dp_param_all_gather", CollectiveKind.ALL_GATHER,
+                         (dense + expert) * 2.0, "dp", Stream.DP, (step,))
+
+
+def _tag(kind: int, micro: int, chunk: int) -> int:
+    return (micro * 1_000_003 + chunk) * 2 + kind
+
+
+def _scaled(k: Kernel, factor: float) -> Kernel:
+    return replace(k, flops=k.flops * factor, bytes=k.bytes * factor)
+
+
+def group_sets(layout: ParallelLayout, ep: int, tied_pp_embedding: bool) -> dict[str, GroupSet]:
+    """Rank partitions for every axis the trace uses. ``dp`` is the gradient-reduction group
+    (data x context parallel ranks holding the same parameters)."""
+    world = range(layout.world_size)
+
+    def partition(key) -> tuple[tuple[int, ...], ...]:
+        groups: dict[object, list[int]] = {}
+        for r in world:
+            groups.setdefault(key(r), []).append(r)
+        return tuple(tuple(g) for g in groups.values())
+
+    coords = [layout.coords(r) for r in world]
+    sets = {
+        "tp": partition(lambda r: (coords[r][Axis.CP], coords[r][Axis.DP], coords[r][Axis.PP])),
+        "cp": partition(lambda r: (coords[r][Axis.TP], coords[r][Axis.DP], coords[r][Axis.PP])),
+        "pp": partition(lambda r: (coords[r][Axis.TP], coords[r][Axis.CP], coords[r][Axis.DP])),
+        "dp": partition(lambda r: (coords[r][Axis.TP], coords[r][Axis.PP])),
+    }
+    if ep > 1:
+        def replica(r: int) -> int:   # position in the dp x cp group
+            return coords[r][Axis.CP] + layout.cp * coords[r][Axis.DP]
+        sets["ep"] = partition(lambda r: (coords[r][Axis.TP], coords[r][Axis.PP], replica(r) // ep))
+    if tied_pp_embedding:
+        ends = {0, layout.pp - 1}
+        sets["embedding"] = tuple(g for g in (
+            tuple(r for r in grp if coords[r][Axis.PP] in ends) for grp in sets["pp"]))
+    return {name: GroupSet(name, groups) for name, groups in sets.items()}
+
+
+def build_trace(job: Job) -> Trace:
+    """The step's trace: one program per pipeline stage."""
+    s, m = job.strategy, job.model
+    if s.world_size < 1:
+        raise SpecError("strategy", "empty world")
+    layout = ParallelLayout(tp=s.tp, cp=s.cp, dp=s.dp, pp=s.pp)
+    programs = []
+    for plan in stage_plans(m, s):
+        ranks = tuple(r for r in range(layout.world_size)
+                      if layout.coords(r)[Axis.PP] == plan.stage)
+        ops = _StageBuilder(job, plan).run()
+        mem = stage_memory(m, job.training, s, plan).memory
+        static = mem.weights + mem.gradients + mem.optimizer + mem.comm_buffers
+        programs.append(Program(f"stage{plan.stage}", ranks, ops,
+                                static_memory_bytes=static, peak_memory_bytes=mem.total))
+    trace = Trace(
+        world_size=layout.world_size,
+        programs=tuple(programs),
+        group_sets=group_sets(layout, s.ep, m.tied_embeddings and s.pp > 1),
+        model_flops=job.model_flops_per_step,
+        tokens=float(job.training.tokens_per_step),
+        meta={"model": m.name, "strategy": s.to_dict(), "training": job.training.to_dict(),
+              "peak_dtype": job.training.precision.gemm_dtype.value},
+    )
+    return validate(trace)

@@ -1,0 +1,46 @@
+"""A training job: the model, what one step processes, and how it is split."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workloads.layer_ops import model_flops_per_token, recompute_flops_per_token
+from workloads.memory import StageMemory, memory_per_stage
+from workloads.model import TransformerSpec, check
+from workloads.strategy import Strategy, check_strategy, micro_batches
+from workloads.training import TrainingSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    model: TransformerSpec
+    training: TrainingSpec
+    strategy: Strategy
+
+    def checked(self, world_size: int | None = None) -> "Job":
+        """This job, after every cross-check (raises :class:`SpecError` naming the field)."""
+        check(self.model)
+        check_strategy(self.strategy, self.model, self.training, world_size)
+        return self
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per pipeline per step."""
+        return micro_batches(self.training, self.strategy)
+
+    @property
+    def model_flops_per_step(self) -> float:
+        """Forward + backward FLOPs of one step, no recompute (the MFU numerator)."""
+        t = self.training
+        return model_flops_per_token(self.model, t.seq_len) * t.tokens_per_step
+
+    @property
+    def hardware_flops_per_step(self) -> float:
+        """Model FLOPs plus what recomputation adds."""
+        t = self.training
+        extra = recompute_flops_per_token(self.model, t.seq_len, self.strategy.recompute,
+                                          t.attention)
+        return self.model_flops_per_step + extra * t.tokens_per_step
+
+    def memory(self) -> tuple[StageMemory, ...]:
+        return memory_per_stage(self.model, self.training, self.strategy)

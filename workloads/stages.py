@@ -1,0 +1,53 @@
+"""Which layers each pipeline stage (and each virtual chunk) holds.
+
+Rule: the L layers are split over the C = pp x virtual_stages chunks so that chunk sizes differ
+by at most one. The L mod C larger chunks go first to the middle chunks (1 .. C-2, in order),
+then to chunk 0, then to chunk C-1: the first chunk also holds the embedding and the last the
+LM head, so they take the smaller share, as Llama 3 405B did (126 layers on 16 stages, one
+fewer on the first and the last; arXiv 2407.21783 sec. 3.3.2). ``layers_per_stage`` overrides.
+Chunk c runs on stage c mod pp (Megatron's interleaved assignment).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workloads.model import TransformerSpec
+from workloads.strategy import Strategy
+
+
+def chunk_layers(layers: int, strategy: Strategy) -> tuple[int, ...]:
+    """Layers in each model chunk, in pipeline order."""
+    if strategy.layers_per_stage:
+        return strategy.layers_per_stage
+    chunks = strategy.chunks
+    base, extra = divmod(layers, chunks)
+    sizes = [base] * chunks
+    order = list(range(1, chunks - 1)) + [0, chunks - 1] if chunks > 1 else [0]
+    for c in order[:extra]:
+        sizes[c] += 1
+    return tuple(sizes)
+
+
+@dataclass(frozen=True, slots=True)
+class StagePlan:
+    """What one pipeline stage holds: its chunks' layer counts, and the embedding / LM head."""
+
+    stage: int
+    chunk_layers: tuple[int, ...]
+    """Layers of each of this stage's chunks, in execution order (virtual stage 0 first)."""
+    has_embedding: bool
+    has_head: bool
+
+    @property
+    def layers(self) -> int:
+        return sum(self.chunk_layers)
+
+
+def stage_plans(model: TransformerSpec, strategy: Strategy) -> tuple[StagePlan, ...]:
+    sizes = chunk_layers(model.layers, strategy)
+    pp = strategy.pp
+    return tuple(
+        StagePlan(stage=i, chunk_layers=tuple(sizes[c] for c in range(i, len(sizes), pp)),
+                  has_embedding=(i == 0), has_head=(i == pp - 1))
+        for i in range(pp))

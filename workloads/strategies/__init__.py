@@ -1,0 +1,1 @@
+"""Per-dimension pieces of trace generation: pipeline schedules, and the op emitters."""

@@ -1,0 +1,60 @@
+"""Pipeline schedules: the order in which one stage runs forward and backward passes.
+
+- GPipe (Huang et al. 2019): all m forwards, then all m backwards.
+- 1F1B (PipeDream-Flush; Narayanan et al. SC'21 sec. 2.2.1): stage i runs pp - i - 1 warm-up
+  forwards, then alternates one forward and one backward, then drains the backwards.
+- Interleaved 1F1B (SC'21 sec. 2.2.2): v model chunks per stage; the order follows Megatron-LM's
+  ``forward_backward_pipelining_with_interleaving`` (warm-up of (pp - i - 1) * 2 + (v - 1) * pp
+  chunk-passes; micro-batches advance in groups of pp). Its bubble is (pp - 1) / (v m) of the ideal
+  time, 1/v of 1F1B's (p - 1) / m.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workloads.layer_ops import Pass
+from workloads.strategy import Schedule
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One pass of one micro-batch through one of the stage's model chunks."""
+
+    kind: Pass
+    micro: int
+    chunk: int
+    """Virtual-stage index on this stage (0 .. v-1)."""
+
+
+def _interleaved_slot(k: int, pp: int, v: int, kind: Pass) -> Slot:
+    """The k-th forward (or backward) chunk-pass of a stage under Megatron's interleaving."""
+    group, within = divmod(k, pp * v)
+    chunk = within // pp
+    if kind is Pass.BACKWARD:
+        chunk = v - 1 - chunk
+    return Slot(kind, group * pp + within % pp, chunk)
+
+
+def stage_order(schedule: Schedule, pp: int, v: int, micro: int, stage: int) -> list[Slot]:
+    if schedule is Schedule.GPIPE:
+        return ([Slot(Pass.FORWARD, j, 0) for j in range(micro)]
+                + [Slot(Pass.BACKWARD, j, 0) for j in range(micro)])
+    if schedule is Schedule.INTERLEAVED and v > 1:
+        total = micro * v
+        warmup = min((pp - stage - 1) * 2 + (v - 1) * pp, total)
+        fwd = [_interleaved_slot(k, pp, v, Pass.FORWARD) for k in range(total)]
+        bwd = [_interleaved_slot(k, pp, v, Pass.BACKWARD) for k in range(total)]
+    else:
+        total = micro
+        warmup = min(pp - stage - 1, micro)
+        fwd = [Slot(Pass.FORWARD, j, 0) for j in range(micro)]
+        bwd = [Slot(Pass.BACKWARD, j, 0) for j in range(micro)]
+    order = fwd[:warmup]
+    f, b = warmup, 0
+    while f < total:
+        order.append(fwd[f])
+        order.append(bwd[b])
+        f, b = f + 1, b + 1
+    order += bwd[b:]
+    return order

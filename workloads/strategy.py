@@ -1,0 +1,175 @@
+"""How a job is split across devices: parallel degrees, pipeline schedule, memory savers.
+
+``check_strategy`` holds every rule that ties a strategy to a model, a batch and a world size, and
+says what is wrong with the numbers, e.g. ``strategy.tp: 7 does not divide model.heads=64``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hardware_specs import SpecError
+from hardware_specs.fields import Fields
+from workloads.model import TransformerSpec
+from workloads.training import TrainingSpec
+
+
+class Schedule(enum.Enum):
+    GPIPE = "gpipe"
+    """All forwards, then all backwards (Huang et al. 2019)."""
+    ONE_F_ONE_B = "1f1b"
+    """PipeDream-Flush: warm-up forwards, then alternate (Narayanan et al. SC'21 sec. 2.2.1)."""
+    INTERLEAVED = "interleaved"
+    """1F1B over ``virtual_stages`` model chunks per device (Narayanan et al. SC'21 sec. 2.2.2)."""
+
+
+class Recompute(enum.Enum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    """Recompute only the attention core (Korthikanti et al. 2022 sec. 5)."""
+    FULL = "full"
+    """Store each layer's input only; recompute the whole layer forward in backward."""
+
+
+class Offload(enum.Enum):
+    NONE = "none"
+    OPTIMIZER = "optimizer"
+    """Optimizer state (and the step) on the host (ZeRO-Offload, Ren et al. ATC'21)."""
+    PARAMS = "params"
+    """Optimizer state and parameters off the device, fetched per layer (ZeRO-Infinity, SC'21)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Strategy:
+    """Parallel degrees and the options that change what each device computes, stores and sends."""
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    """Context parallel: the sequence split across devices, attention as a ring (Liu et al. 2023)."""
+    ep: int = 1
+    """Expert parallel: experts split across devices of the data-parallel group."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism: norms/dropout split over TP; all-gather + reduce-scatter."""
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    virtual_stages: int = 1
+    recompute: Recompute = Recompute.NONE
+    zero: int = 0
+    """ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also parameters (FSDP)."""
+    offload: Offload = Offload.NONE
+    offload_tier: str = ""
+    """Memory tier that receives offloaded state ('' = the node's host DRAM)."""
+    layers_per_stage: tuple[int, ...] = ()
+    """Explicit layers per model chunk (pp x virtual_stages entries); empty: automatic."""
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks of the whole pipeline (stages x virtual stages)."""
+        return self.pp * self.virtual_stages
+
+    def to_dict(self) -> dict:
+        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep,
+                "sequence_parallel": self.sequence_parallel, "schedule": self.schedule.value,
+                "virtual_stages": self.virtual_stages, "recompute": self.recompute.value,
+                "zero": self.zero, "offload": self.offload.value, "offload_tier": self.offload_tier,
+                "layers_per_stage": list(self.layers_per_stage)}
+
+
+def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
+    f = Fields(data, path)
+    layers = tuple(int(x) for x in f.items("layers_per_stage", []))
+    spec = Strategy(
+        dp=f.integer("dp", 1, minimum=1),
+        tp=f.integer("tp", 1, minimum=1),
+        pp=f.integer("pp", 1, minimum=1),
+        cp=f.integer("cp", 1, minimum=1),
+        ep=f.integer("ep", 1, minimum=1),
+        sequence_parallel=f.boolean("sequence_parallel", False),
+        schedule=f.choice("schedule", Schedule, Schedule.ONE_F_ONE_B),
+        virtual_stages=f.integer("virtual_stages", 1, minimum=1),
+        recompute=f.choice("recompute", Recompute, Recompute.NONE),
+        zero=f.integer("zero", 0, minimum=0),
+        offload=f.choice("offload", Offload, Offload.NONE),
+        offload_tier=f.text("offload_tier", ""),
+        layers_per_stage=layers,
+    )
+    f.done()
+    return spec
+
+
+def micro_batches(training: TrainingSpec, strategy: Strategy) -> int:
+    """Micro-batches each pipeline runs per step (gradient-accumulation steps)."""
+    return training.global_batch // (training.micro_batch * strategy.dp)
+
+
+def check_strategy(strategy: Strategy, model: TransformerSpec, training: TrainingSpec,
+                   world_size: int | None = None, path: str = "strategy") -> Strategy:
+    """Every rule joining strategy, model, batch and cluster; errors print the numbers."""
+    s = strategy
+    if s.zero > 3:
+        raise SpecError(f"{path}.zero", f"expected 0, 1, 2 or 3, got {s.zero}")
+    if world_size is not None and s.world_size != world_size:
+        raise SpecError(f"{path}", f"dp*tp*pp*cp = {s.dp}*{s.tp}*{s.pp}*{s.cp} = {s.world_size} "
+                        f"but cluster.num_gpus = {world_size}")
+    if model.heads % s.tp:
+        raise SpecError(f"{path}.tp", f"{s.tp} does not divide model.heads={model.heads}")
+    if model.kv_heads % s.tp and s.tp % model.kv_heads:
+        raise SpecError(f"{path}.tp", f"{s.tp} neither divides model.kv_heads={model.kv_heads} "
+                        "nor is a multiple of it (to replicate KV heads)")
+    if model.ffn_hidden % s.tp or (model.is_moe and model.expert_ffn % s.tp):
+        raise SpecError(f"{path}.tp", f"{s.tp} does not divide model.ffn_hidden={model.ffn_hidden}")
+    if s.sequence_parallel and s.tp == 1:
+        raise SpecError(f"{path}.sequence_parallel", "needs tp > 1")
+    if training.seq_len % (s.cp * (s.tp if s.sequence_parallel else 1)):
+        split = s.cp * (s.tp if s.sequence_parallel else 1)
+        raise SpecError("training.seq_len", f"{training.seq_len} is not divisible by "
+                        f"cp{'*tp' if s.sequence_parallel else ''} = {split}")
+    if s.cp > 1 and training.seq_len // s.cp < 2:
+        raise SpecError(f"{path}.cp", f"{s.cp} leaves fewer than 2 tokens per device")
+    per_step = training.micro_batch * s.dp
+    if training.global_batch % per_step:
+        raise SpecError("training.global_batch", f"{training.global_batch} is not divisible by "
+                        f"micro_batch*dp = {training.micro_batch}*{s.dp} = {per_step}")
+    if model.is_moe:
+        if model.num_experts % s.ep:
+            raise SpecError(f"{path}.ep", f"{s.ep} does not divide model.num_experts={model.num_experts}")
+        if (s.dp * s.cp) % s.ep:
+            raise SpecError(f"{path}.ep", f"{s.ep} does not divide dp*cp = {s.dp * s.cp}")
+    elif s.ep != 1:
+        raise SpecError(f"{path}.ep", f"{s.ep} needs a mixture-of-experts model "
+                        "(model.num_experts > 1)")
+    if s.virtual_stages > 1 and s.schedule is not Schedule.INTERLEAVED:
+        raise SpecError(f"{path}.virtual_stages", f"{s.virtual_stages} needs schedule: interleaved")
+    if s.schedule is Schedule.INTERLEAVED:
+        if s.pp == 1:
+            raise SpecError(f"{path}.schedule", "interleaved needs pp > 1")
+        m = micro_batches(training, s)
+        if s.virtual_stages > 1 and m % s.pp:
+            raise SpecError(f"{path}.schedule", f"interleaved needs micro-batches per pipeline "
+                            f"({m}) divisible by pp={s.pp}")
+    if s.layers_per_stage:
+        if len(s.layers_per_stage) != s.chunks:
+            raise SpecError(f"{path}.layers_per_stage", f"has {len(s.layers_per_stage)} entries, "
+                            f"expected pp*virtual_stages = {s.chunks}")
+        if sum(s.layers_per_stage) != model.layers or min(s.layers_per_stage) < 1:
+            raise SpecError(f"{path}.layers_per_stage", f"entries must be >= 1 and sum to "
+                            f"model.layers={model.layers}, got {list(s.layers_per_stage)}")
+    elif model.layers < s.chunks:
+        raise SpecError(f"{path}.pp", f"pp*virtual_stages = {s.chunks} exceeds model.layers="
+                        f"{model.layers}")
+    if s.zero == 3 and s.pp > 1:
+        raise SpecError(f"{path}.zero", "zero 3 with pp > 1 is not supported (as in Megatron and "
+                        "DeepSpeed); use zero 1 with pipeline parallelism")
+    if s.offload is not Offload.NONE and s.zero == 0:
+        raise SpecError(f"{path}.offload", f"{s.offload.value} offload needs zero >= 1 "
+                        "(ZeRO-Offload partitions what it moves)")
+    if s.offload is Offload.PARAMS and s.zero != 3:
+        raise SpecError(f"{path}.offload", "params offload needs zero 3 (ZeRO-Infinity)")
+    return s

@@ -1,0 +1,230 @@
+"""The Trace: what every rank does in one training step, with no hardware in it (schema v1).
+
+This is the contract between ``workloads`` (which emits traces) and ``simulator`` (which replays
+them). Anything that produces a Trace - our generators, an imported profile - can be simulated.
+
+- A **program** is the op list shared by a set of ranks (e.g. every rank of one pipeline
+  stage); the simulator runs each distinct program once per rank class, with a multiplicity.
+- **Ops** run on a **stream**. Ops of one stream run in list order (like a CUDA stream); ``deps``
+  name ops (of the same program) that must finish first, usually on other streams.
+- **Group sets** partition the ranks along one axis (tp, cp, dp, ep, pp, ...). A collective names
+  the set; each rank takes part in the group of the set that contains it. A send/recv names the
+  set and the peer's position in the rank's group (pp: the stage index).
+- All sizes in bytes, all work in FLOPs. ``validate`` checks a trace before it is simulated.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from hardware_specs import OpClass, SpecError
+from workloads.layer_ops import Kernel
+
+TRACE_VERSION = 1
+
+
+class Stream(enum.Enum):
+    COMPUTE = "compute"
+    TP = "tp"
+    CP = "cp"
+    EP = "ep"
+    PP = "pp"
+    DP = "dp"
+    COPY = "copy"
+    """Host <-> device copies (offload)."""
+
+
+class Phase(enum.Enum):
+    """What a compute op is for; the step breakdown reports them apart."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    RECOMPUTE = "recompute"
+    OPTIMIZER = "optimizer"
+
+
+class CollectiveKind(enum.Enum):
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
+    BROADCAST = "broadcast"
+    RING_EXCHANGE = "ring_exchange"
+    """Every rank sends ``bytes`` to its ring successor and receives as much (ring attention)."""
+
+
+class CopyKind(enum.Enum):
+    DEVICE_TO_HOST = "d2h"
+    HOST_TO_DEVICE = "h2d"
+    HOST_COMPUTE = "host_compute"
+    """Memory-bound work on the host (the offloaded optimizer step): ``bytes`` of host traffic."""
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeOp:
+    id: int
+    name: str
+    phase: Phase
+    kernels: tuple[Kernel, ...]
+    deps: tuple[int, ...] = ()
+    stream: Stream = Stream.COMPUTE
+
+    @property
+    def flops(self) -> float:
+        return sum(k.flops for k in self.kernels)
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveOp:
+    """``bytes`` follows nccl-tests: the full buffer (all-reduce: the tensor; all-gather: the
+    gathered output; reduce-scatter: the input; all-to-all: what one rank sends in all)."""
+
+    id: int
+    name: str
+    kind: CollectiveKind
+    bytes: float
+    group: str
+    stream: Stream
+    deps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SendOp:
+    id: int
+    name: str
+    group: str
+    peer: int
+    """Position of the receiver within this rank's group of ``group``."""
+    bytes: float
+    tag: int
+    stream: Stream = Stream.PP
+    deps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RecvOp:
+    id: int
+    name: str
+    group: str
+    peer: int
+    bytes: float
+    tag: int
+    stream: Stream = Stream.PP
+    deps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CopyOp:
+    id: int
+    name: str
+    kind: CopyKind
+    bytes: float
+    stream: Stream = Stream.COPY
+    deps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryOp:
+    """A change of live memory (positive: allocation, negative: free); takes no time."""
+
+    id: int
+    name: str
+    delta_bytes: float
+    stream: Stream = Stream.COMPUTE
+    deps: tuple[int, ...] = ()
+
+
+Op = ComputeOp | CollectiveOp | SendOp | RecvOp | CopyOp | MemoryOp
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    name: str
+    ranks: tuple[int, ...]
+    ops: tuple[Op, ...]
+    static_memory_bytes: float = 0.0
+    """Memory held for the whole step (weights, gradients, optimizer state, buffers, reserve)."""
+    peak_memory_bytes: float = 0.0
+    """Peak memory per device from the analytic memory model (static + activations)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSet:
+    name: str
+    groups: tuple[tuple[int, ...], ...]
+    index: Mapping[int, int] = field(init=False, repr=False, compare=False)
+    """rank -> position of its group in ``groups`` (derived)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "index", {r: i for i, g in enumerate(self.groups) for r in g})
+
+    def group_of(self, rank: int) -> tuple[int, ...]:
+        return self.groups[self.index[rank]]
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    world_size: int
+    programs: tuple[Program, ...]
+    group_sets: Mapping[str, GroupSet]
+    model_flops: float = 0.0
+    """Model FLOPs of the step (no recompute), for MFU."""
+    tokens: float = 0.0
+    """Tokens processed by the step."""
+    meta: Mapping[str, object] = field(default_factory=dict)
+    version: int = TRACE_VERSION
+
+    def group_of(self, set_name: str, rank: int) -> tuple[int, ...]:
+        return self.group_sets[set_name].group_of(rank)
+
+
+def validate(trace: Trace) -> Trace:
+    """Check a trace before simulating it: ranks covered once, groups partition consistently,
+    deps point backwards to existing ops (so the op graph is acyclic), peers exist."""
+    if trace.version != TRACE_VERSION:
+        raise SpecError("trace.version", f"expected {TRACE_VERSION}, got {trace.version}")
+    seen: dict[int, str] = {}
+    for prog in trace.programs:
+        for r in prog.ranks:
+            if not 0 <= r < trace.world_size:
+                raise SpecError(f"trace.programs.{prog.name}", f"rank {r} outside world size "
+                                f"{trace.world_size}")
+            if r in seen:
+                raise SpecError(f"trace.programs.{prog.name}", f"rank {r} also in {seen[r]}")
+            seen[r] = prog.name
+    if len(seen) != trace.world_size:
+        raise SpecError("trace.programs", f"cover {len(seen)} of {trace.world_size} ranks")
+    for gs in trace.group_sets.values():
+        members = [r for g in gs.groups for r in g]
+        if len(members) != len(set(members)):
+            raise SpecError(f"trace.group_sets.{gs.name}", "a rank appears in two groups")
+    for prog in trace.programs:
+        ids: set[int] = set()
+        for op in prog.ops:
+            where = f"trace.programs.{prog.name}.op[{op.id}]"
+            for d in op.deps:
+                if d not in ids:
+                    raise SpecError(where, f"depends on op {d}, which does not come before it "
+                                    "(dependencies must point backwards: the graph is acyclic)")
+            if op.id in ids:
+                raise SpecError(where, "duplicate op id")
+            ids.add(op.id)
+            if isinstance(op, (CollectiveOp, SendOp, RecvOp)):
+                gs = trace.group_sets.get(op.group)
+                if gs is None:
+                    raise SpecError(where, f"names unknown group set {op.group!r}")
+                index = gs.index
+                missing = [r for r in prog.ranks if r not in index]
+                if missing:
+                    raise SpecError(where, f"rank {missing[0]} is in no group of {op.group!r}")
+                if isinstance(op, (SendOp, RecvOp)):
+                    size = len(gs.groups[index[prog.ranks[0]]])
+                    if not 0 <= op.peer < size:
+                        raise SpecError(where, f"peer {op.peer} outside group of size {size}")
+    return trace
+
+
+def kernel_classes(ops: Iterable[Op]) -> set[OpClass]:
+    return {k.op_class for op in ops if isinstance(op, ComputeOp) for k in op.kernels}

@@ -1,0 +1,89 @@
+"""What one optimizer step processes, and in which arithmetic."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hardware_specs import Dtype, SpecError
+from hardware_specs.fields import Fields
+
+
+class Precision(enum.Enum):
+    """Training precision: FP8 runs GEMMs in FP8 (Transformer Engine) and the rest in BF16."""
+
+    FP32 = "fp32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    FP8 = "fp8"
+
+    @property
+    def gemm_dtype(self) -> Dtype:
+        return {Precision.FP32: Dtype.FP32, Precision.FP16: Dtype.FP16,
+                Precision.BF16: Dtype.BF16, Precision.FP8: Dtype.FP8}[self]
+
+    @property
+    def compute_dtype(self) -> Dtype:
+        """Arithmetic of non-GEMM work (attention, norms)."""
+        return Dtype.FP32 if self is Precision.FP32 else (
+            Dtype.FP16 if self is Precision.FP16 else Dtype.BF16)
+
+    @property
+    def activation_bytes(self) -> float:
+        """Bytes of one stored activation or communicated element."""
+        return 4.0 if self is Precision.FP32 else 2.0
+
+    @property
+    def mixed(self) -> bool:
+        """Low-precision weights with an FP32 master copy (ZeRO's 2 + 2 + 12 bytes)."""
+        return self is not Precision.FP32
+
+
+class Optimizer(enum.Enum):
+    ADAM = "adam"
+
+
+class AttentionKernel(enum.Enum):
+    FLASH = "flash"
+    """Fused attention (FlashAttention): no s x s matrix in memory, causal blocks skipped."""
+    STANDARD = "standard"
+    """Unfused softmax(QK^T)V: stores the score matrix (Korthikanti's 5as/h term)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainingSpec:
+    seq_len: int
+    global_batch: int
+    """Sequences per optimizer step."""
+    micro_batch: int
+    """Sequences per forward/backward pass of one pipeline (one DP replica)."""
+    precision: Precision = Precision.BF16
+    optimizer: Optimizer = Optimizer.ADAM
+    attention: AttentionKernel = AttentionKernel.FLASH
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch
+
+    def to_dict(self) -> dict:
+        return {"seq_len": self.seq_len, "global_batch": self.global_batch,
+                "micro_batch": self.micro_batch, "precision": self.precision.value,
+                "optimizer": self.optimizer.value, "attention": self.attention.value}
+
+
+def training_from_mapping(data: Mapping, path: str = "training") -> TrainingSpec:
+    f = Fields(data, path)
+    spec = TrainingSpec(
+        seq_len=f.integer("seq_len", minimum=1),
+        global_batch=f.integer("global_batch", minimum=1),
+        micro_batch=f.integer("micro_batch", 1, minimum=1),
+        precision=f.choice("precision", Precision, Precision.BF16),
+        optimizer=f.choice("optimizer", Optimizer, Optimizer.ADAM),
+        attention=f.choice("attention", AttentionKernel, AttentionKernel.FLASH),
+    )
+    f.done()
+    if spec.micro_batch > spec.global_batch:
+        raise SpecError(f"{path}.micro_batch", f"{spec.micro_batch} exceeds "
+                        f"{path}.global_batch={spec.global_batch}")
+    return spec
