@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,44 @@ class RowOutcome:
                 "fits_in_memory": self.fits, "problem": self.problem, "mfu": self.mfu}
 
 
+FLASH_ATTENTION = (2022, 5)
+"""FlashAttention (Dao et al., arXiv 2205.14135): runs before it used unfused attention."""
+PYTORCH_FSDP = (2022, 3)
+"""PyTorch FSDP (1.11, March 2022): before it, ZeRO-3 meant DeepSpeed's implementation, which
+gathered each parameter tensor with its own collective and, in published runs (Narayanan et
+al. SC'21 Table 2), did not hide the gathers behind compute."""
+
+
+def publication_date(source: str) -> tuple[int, int] | None:
+    """(year, month) of a source string: from an arXiv id (``arXiv 2104.04473``), else from a
+    year (``2021``, ``SC'21``), taken as its January."""
+    arxiv = re.search(r"arXiv[: ]*(\d{2})(\d{2})\.\d{4,5}", source)
+    if arxiv:
+        return 2000 + int(arxiv.group(1)), int(arxiv.group(2))
+    years = [int(y) for y in re.findall(r"\b(20\d{2})\b", source)]
+    years += [2000 + int(y) for y in re.findall(r"'(\d{2})\b", source)]
+    return (max(years), 1) if years else None
+
+
+def software_of(row: dict) -> dict:
+    """The software a published run used, where the table does not say: explicit columns
+    (``attention``, ``zero3_granularity``, ``zero3_prefetch``) win; otherwise what existed
+    when the source was published; otherwise today's defaults."""
+    date = publication_date(_cell(row, "source"))
+    out = {}
+    if date is not None and date < FLASH_ATTENTION:
+        out["attention"] = "standard"
+    if date is not None and date < PYTORCH_FSDP:
+        out["zero3_granularity"] = "tensor"
+        out["zero3_prefetch"] = False
+    for key in ("attention", "zero3_granularity"):
+        if _cell(row, key):
+            out[key] = _cell(row, key)
+    if _cell(row, "zero3_prefetch"):
+        out["zero3_prefetch"] = _cell(row, "zero3_prefetch").lower() == "true"
+    return out
+
+
 def _cell(row: dict, key: str, default: str = "") -> str:
     value = (row.get(key) or "").strip()
     return value if value else default
@@ -63,6 +102,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
     if missing:
         raise SpecError(missing[0], "is empty")
     heads = int(_cell(row, "heads"))
+    software = software_of(row)
     model = from_mapping({
         "name": _cell(row, "model_name", "model"),
         "layers": int(_cell(row, "layers")), "hidden": int(_cell(row, "hidden")),
@@ -74,6 +114,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "seq_len": int(_cell(row, "seq_len")), "global_batch": int(_cell(row, "global_batch")),
         "micro_batch": int(_cell(row, "micro_batch", "1")),
         "precision": _cell(row, "precision", "bf16"),
+        "attention": software.get("attention", "flash"),
     })
     v = int(_cell(row, "virtual_stages", "1"))
     strategy = strategy_from_mapping({
@@ -82,6 +123,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "sequence_parallel": _cell(row, "sequence_parallel", "false").lower() == "true",
         "zero": int(_cell(row, "zero", "0")), "recompute": _cell(row, "recompute", "none"),
         "virtual_stages": v, "schedule": "interleaved" if v > 1 else "1f1b",
+        **{k: software[k] for k in ("zero3_granularity", "zero3_prefetch") if k in software},
     })
     gpus = int(_cell(row, "num_gpus"))
     per_node = _cell(row, "gpus_per_node")

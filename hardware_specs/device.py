@@ -33,6 +33,12 @@ class DeviceEfficiency:
     """Fraction of dense peak reached by fused (flash) attention, forward and backward."""
     memory: float
     """Fraction of HBM bandwidth a streaming element-wise kernel reaches."""
+    matmul_fp8: float = 0.0
+    """As ``matmul`` for FP8 GEMMs (0: same as ``matmul``)."""
+    in_training: Mapping[OpClass, float] = field(default_factory=dict)
+    """Factor from isolated-kernel throughput to what a real training step sustains, by op
+    class (clocks under the power cap with every GPU busy, cold caches, framework gaps);
+    calibrated on published training runs of this device. Missing classes: 1.0."""
     curves: Mapping[OpClass, EfficiencyCurve] = field(default_factory=dict)
     """Measured ``size -> fraction`` curves by op class (from calibration); used when present."""
 
@@ -101,10 +107,16 @@ def read_device(f: Fields) -> DeviceSpec:
                 raise SpecError(c.path, err.message) from None
             c.done()
     curve_fields.done()
+    derate_f = eff.sub("in_training")
+    in_training = {op: derate_f.number(op.value, minimum=0.05, maximum=1.5)
+                   for op in OpClass if derate_f.has(op.value)}
+    derate_f.done()
     efficiency = DeviceEfficiency(
         matmul=eff.number("matmul", minimum=0.01, maximum=1.0),
         attention=eff.number("attention", minimum=0.01, maximum=1.0),
         memory=eff.number("memory", minimum=0.01, maximum=1.0),
+        matmul_fp8=eff.number("matmul_fp8", 0.0, minimum=0.0, maximum=1.0),
+        in_training=in_training,
         curves=curves,
     )
     eff.done()

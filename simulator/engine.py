@@ -194,7 +194,8 @@ class StepSimulation:
         st.comms_in_flight += 1
         if rv.arrived == rv.needed:
             del self.rendezvous[key]
-            duration = self.network.collective_time(op.kind, op.bytes, st.shape[op.group])
+            duration = self.network.collective_time(op.kind, op.bytes, st.shape[op.group],
+                                                    op.per_rank_copies)
             duration *= self._link_factor(rv.needed)
             busy = any(self.states[c].compute_busy_until > env.now for c in rv.needed)
             if busy and self.options.comm_slowdown_when_overlapped:

@@ -31,7 +31,7 @@ from workloads.layout import Axis, ParallelLayout
 from workloads.memory import stage_memory, stage_params
 from workloads.stages import StagePlan, stage_plans
 from workloads.strategies.pipeline import stage_order
-from workloads.strategy import Offload, Recompute
+from workloads.strategy import Offload, Recompute, Zero3Granularity
 from workloads.trace import (
     CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, GroupSet, Op, Phase, Program,
     RecvOp, SendOp, Stream, Trace, validate,
@@ -58,10 +58,10 @@ class _Emitter:
         return op_id
 
     def collective(self, name: str, kind: CollectiveKind, nbytes: float, group: str,
-                   stream: Stream, deps: tuple[int, ...] = ()) -> int:
+                   stream: Stream, deps: tuple[int, ...] = (), per_rank_copies: bool = False) -> int:
         op_id = self._id()
         self.ops.append(CollectiveOp(op_id, name, kind, nbytes, group, stream,
-                                     tuple(sorted(set(deps)))))
+                                     tuple(sorted(set(deps))), per_rank_copies))
         return op_id
 
     def send(self, name: str, peer: int, nbytes: float, tag: int, deps: tuple[int, ...]) -> int:
@@ -99,6 +99,8 @@ class _StageBuilder:
         layer_local = self.m.layer_params / self.s.tp
         self.layer_param_bytes = layer_local * 2.0   # 16-bit gathered parameters (ZeRO-3)
         self.layer_grad_bytes = layer_local * self.elem
+        self.tensor_bytes = tuple(
+            2.0 * (n if n <= self.m.hidden * 2 else n / self.s.tp) for n in self.m.layer_tensors())
         self.grad_reduce_ops: list[int] = []
         self.gather_ops: dict[tuple[Pass, int, int], int] = {}
         self.activation_bytes = self.ops.tokens * self.m.hidden * self.elem
@@ -182,27 +184,41 @@ class _StageBuilder:
         return deps
 
     def _gather_params(self, kind: Pass, micro: int, layer: int, deps: tuple[int, ...]) -> int:
-        """ZeRO-3 all-gather of one layer's parameters (deduplicated per pass and layer)."""
+        """ZeRO-3 all-gather of one layer's parameters (deduplicated per pass and layer): one
+        collective for the layer, or one per parameter tensor."""
         key = (kind, micro, layer)
         if key not in self.gather_ops:
             name = f"{kind.value}{micro}.layer{layer}.zero3_all_gather"
             if self.s.offload is Offload.PARAMS:
                 deps = (self.e.copy(f"{name}.h2d", CopyKind.HOST_TO_DEVICE,
                                     self.layer_param_bytes / (self.s.dp * self.s.cp), deps),)
-            self.gather_ops[key] = self.e.collective(
-                name, CollectiveKind.ALL_GATHER, self.layer_param_bytes, "dp", Stream.DP, deps)
+            if self.s.zero3_granularity is Zero3Granularity.TENSOR:
+                for i, size in enumerate(self.tensor_bytes):
+                    deps = (self.e.collective(f"{name}.t{i}", CollectiveKind.ALL_GATHER, size,
+                                              "dp", Stream.DP, deps, per_rank_copies=True),)
+                self.gather_ops[key] = deps[0]
+            else:
+                self.gather_ops[key] = self.e.collective(
+                    name, CollectiveKind.ALL_GATHER, self.layer_param_bytes, "dp", Stream.DP, deps)
         return self.gather_ops[key]
+
+    def _zero3_gather(self, kind: Pass, micro: int, layer: int, layers: list[int]) -> int:
+        """Gather ``layer`` (and, with prefetch, the next one) before it computes."""
+        gather = self._gather_params(kind, micro, layer, self.e.after_compute())
+        pos = layers.index(layer)
+        if self.s.zero3_prefetch and pos + 1 < len(layers):
+            self._gather_params(kind, micro, layers[pos + 1], self.e.after_compute())
+        return gather
 
     # --- a layer -----------------------------------------------------------------------
     def layer_forward(self, micro: int, layer: int, layers: list[int], phase: Phase,
                       deps: tuple[int, ...]) -> int:
         fwd = self.fwd_work
-        if self.zero3 and phase is Phase.FORWARD:
-            gather = self._gather_params(Pass.FORWARD, micro, layer, self.e.after_compute())
-            pos = layers.index(layer)
-            if pos + 1 < len(layers):   # prefetch the next layer while this one computes
-                self._gather_params(Pass.FORWARD, micro, layers[pos + 1], self.e.after_compute())
-            deps = deps + (gather,)
+        regather = (phase is Phase.RECOMPUTE
+                    and self.s.zero3_granularity is Zero3Granularity.TENSOR)
+        if self.zero3 and (phase is Phase.FORWARD or regather):
+            kind = Pass.FORWARD if phase is Phase.FORWARD else Pass.RECOMPUTE
+            deps = deps + (self._zero3_gather(kind, micro, layer, layers),)
         tag = f"{'fwd' if phase is Phase.FORWARD else 'recompute'}{micro}.layer{layer}"
         attn = self._attention(f"{tag}.attn", phase, fwd.attention, deps, backward=False)
         return self._ep_block(f"{tag}.mlp", phase, fwd.mlp, (attn,))
@@ -211,11 +227,7 @@ class _StageBuilder:
                        last_micro: bool) -> int:
         e, s = self.e, self.s
         if self.zero3:
-            gather = self._gather_params(Pass.BACKWARD, micro, layer, e.after_compute())
-            pos = layers.index(layer)
-            if pos + 1 < len(layers):
-                self._gather_params(Pass.BACKWARD, micro, layers[pos + 1], e.after_compute())
-            deps = deps + (gather,)
+            deps = deps + (self._zero3_gather(Pass.BACKWARD, micro, layer, layers),)
         if s.recompute is Recompute.FULL:
             deps = (self.layer_forward(micro, layer, layers, Phase.RECOMPUTE, deps),)
         tag = f"bwd{micro}.layer{layer}"

@@ -25,6 +25,7 @@ from workloads.training import AttentionKernel, TrainingSpec
 class Pass(enum.Enum):
     FORWARD = "fwd"
     BACKWARD = "bwd"
+    RECOMPUTE = "recompute"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,8 @@ def _elementwise(name: str, elements: float, passes: float, elem: float) -> Kern
 def _backward_of(kernels: tuple[Kernel, ...], elem: float) -> tuple[Kernel, ...]:
     """Gradient kernels: for Y[m,n] = X[m,k] W[k,n], dX = dY W^T (m, k, inner n) and
     dW = X^T dY (k, n, inner m); flash attention backward is 2.5x its forward (FA-2 sec. 4);
-    element-wise backward moves twice the bytes (read saved input and incoming gradient)."""
+    an element-wise kernel's backward reads its saved input and the incoming gradient and
+    writes the outgoing one: 1.5x the forward's traffic (3 passes for a 2-pass unary op)."""
     out: list[Kernel] = []
     for k in kernels:
         if k.op_class is OpClass.MATMUL:
@@ -75,7 +77,7 @@ def _backward_of(kernels: tuple[Kernel, ...], elem: float) -> tuple[Kernel, ...]
             out.append(Kernel(f"{k.name}.bwd", OpClass.ATTENTION, 2.5 * k.flops, 2.0 * k.bytes,
                               k.m, k.n, k.k, k.batch, k.dtype))
         else:
-            out.append(Kernel(f"{k.name}.bwd", k.op_class, 2.0 * k.flops, 2.0 * k.bytes))
+            out.append(Kernel(f"{k.name}.bwd", k.op_class, 2.0 * k.flops, 1.5 * k.bytes))
     return tuple(out)
 
 
@@ -124,12 +126,15 @@ class LayerOps:
             _elementwise("norm1", Tn * m.hidden, 2, e),
             _gemm("qkv", T, qkv, m.hidden, e, gd),
         ]
+        # Q, K, V into the head-major layout the attention kernel reads, and its output back.
+        attn.append(_elementwise("qkv_layout", T * qkv, 2, e))
         if m.position is Position.ROPE:
             attn.append(_elementwise("rotary", T * (m.q_dim + m.kv_dim) // s.tp, 2, e))
         attn += list(self.attention_core())
         attn += [
+            _elementwise("attn_out_layout", T * m.q_dim // s.tp, 2, e),
             _gemm("attn_proj", T, m.hidden, m.q_dim // s.tp, e, gd),
-            _elementwise("residual1", Tn * m.hidden, 3 + (1 if m.dropout else 0), e),
+            _elementwise("residual1", Tn * m.hidden, 3 + (1.5 if m.dropout else 0), e),
         ]
         mlp = [_elementwise("norm2", Tn * m.hidden, 2, e)]
         if m.is_moe:
@@ -150,12 +155,22 @@ class LayerOps:
                 _elementwise("activation", T * f, 3 if m.mlp is Mlp.SWIGLU else 2, e),
                 _gemm("fc2", T, m.hidden, f, e, gd),
             ]
-        mlp.append(_elementwise("residual2", Tn * m.hidden, 3 + (1 if m.dropout else 0), e))
-        return LayerWork(tuple(attn), tuple(mlp))
+        mlp.append(_elementwise("residual2", Tn * m.hidden, 3 + (1.5 if m.dropout else 0), e))
+        return LayerWork(self._with_fp8_casts(attn), self._with_fp8_casts(mlp))
+
+    def _with_fp8_casts(self, kernels: list[Kernel]) -> tuple[Kernel, ...]:
+        """FP8 GEMMs read FP8 operands: each GEMM input and weight is cast, and transposed for
+        the backward GEMMs (Transformer Engine's cast-transpose: read 2 B, write 1 B twice)."""
+        fp8 = [k for k in kernels if k.op_class is OpClass.MATMUL and k.dtype is Dtype.FP8]
+        if not fp8:
+            return tuple(kernels)
+        elements = sum(k.batch * (k.m * k.k + k.k * k.n) for k in fp8)
+        return tuple(kernels) + (Kernel("fp8_cast_transpose", OpClass.ELEMENTWISE, 0.0,
+                                        4.0 * elements),)
 
     def backward(self) -> LayerWork:
         """Gradients of one layer: two GEMMs per forward GEMM, 2.5x for flash attention,
-        twice the traffic for element-wise kernels."""
+        1.5x the traffic for element-wise kernels."""
         fwd = self.forward()
         return LayerWork(_backward_of(fwd.attention, self.elem), _backward_of(fwd.mlp, self.elem))
 

@@ -22,7 +22,9 @@ from dataclasses import dataclass, fields
 
 from workloads.model import Mlp, TransformerSpec
 from workloads.stages import StagePlan, stage_plans
-from workloads.strategy import Offload, Recompute, Schedule, Strategy, micro_batches
+from workloads.strategy import (
+    Offload, Recompute, Schedule, Strategy, Zero3Granularity, micro_batches,
+)
 from workloads.training import AttentionKernel, TrainingSpec
 
 GIB = 2.0**30
@@ -190,9 +192,12 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
     comm += communicators * NCCL_BUFFER_BYTES
     layer_local = model.layer_params / (st.tp * (st.ep if model.is_moe else 1))
     if st.zero >= 3 or st.offload is Offload.PARAMS:
-        # Gathered 16-bit parameters of the current and the prefetched layer, plus one layer's
-        # full gradient before its reduce-scatter.
-        comm += 3 * layer_local * 2.0
+        # Gathered 16-bit parameters of the current and the prefetched unit (a layer, or a
+        # tensor), plus one unit's full gradient before its reduce-scatter.
+        unit = layer_local
+        if st.zero3_granularity is Zero3Granularity.TENSOR:
+            unit = max(model.layer_tensors()) / st.tp
+        comm += 3 * unit * 2.0
     if st.sequence_parallel:
         comm += e * sbh           # all-gather output buffer
     if st.cp > 1:

@@ -117,6 +117,24 @@ class TransformerSpec:
     def layer_params(self) -> int:
         return self.dense_layer_params + self.expert_layer_params
 
+    def layer_tensors(self) -> tuple[int, ...]:
+        """Sizes of a layer's parameter tensors in the usual module order (norm, QKV, proj,
+        norm, MLP weights and biases): what per-tensor ZeRO-3 gathers one by one."""
+        h, q, kv = self.hidden, self.q_dim, self.kv_dim
+        norm = (h, h) if self.norm is Norm.LAYERNORM and self.bias else (h,)
+        out: list[int] = list(norm) + [h * (q + 2 * kv)] + ([q + 2 * kv] if self.bias else [])
+        out += [q * h] + ([h] if self.bias else []) + list(norm)
+        ffn = self.expert_ffn if self.is_moe else self.ffn_hidden
+        mats = 3 if self.mlp is Mlp.SWIGLU else 2
+        experts = self.num_experts if self.is_moe else 1
+        if self.is_moe:
+            out.append(h * self.num_experts)
+        for _ in range(experts):
+            out += [h * ffn] * mats
+            if self.bias:
+                out += [ffn] * (mats - 1) + [h]
+        return tuple(out)
+
     @property
     def embedding_params(self) -> int:
         """Token embedding, learned positions and the optional embedding norm (first stage)."""

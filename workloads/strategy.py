@@ -41,6 +41,15 @@ class Offload(enum.Enum):
     """Optimizer state and parameters off the device, fetched per layer (ZeRO-Infinity, SC'21)."""
 
 
+class Zero3Granularity(enum.Enum):
+    """What one ZeRO-3 parameter all-gather covers."""
+
+    LAYER = "layer"
+    """One flat buffer per transformer layer (PyTorch FSDP wrapping each block)."""
+    TENSOR = "tensor"
+    """One collective per parameter tensor (DeepSpeed ZeRO-3 as of 2020-2021)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Strategy:
     """Parallel degrees and the options that change what each device computes, stores and sends."""
@@ -64,6 +73,10 @@ class Strategy:
     """Memory tier that receives offloaded state ('' = the node's host DRAM)."""
     layers_per_stage: tuple[int, ...] = ()
     """Explicit layers per model chunk (pp x virtual_stages entries); empty: automatic."""
+    zero3_granularity: Zero3Granularity = Zero3Granularity.LAYER
+    zero3_prefetch: bool = True
+    """ZeRO-3 gathers the next layer's parameters while this one computes; off, each gather
+    waits for the compute before it and the compute waits for the gather."""
 
     @property
     def world_size(self) -> int:
@@ -79,7 +92,9 @@ class Strategy:
                 "sequence_parallel": self.sequence_parallel, "schedule": self.schedule.value,
                 "virtual_stages": self.virtual_stages, "recompute": self.recompute.value,
                 "zero": self.zero, "offload": self.offload.value, "offload_tier": self.offload_tier,
-                "layers_per_stage": list(self.layers_per_stage)}
+                "layers_per_stage": list(self.layers_per_stage),
+                "zero3_granularity": self.zero3_granularity.value,
+                "zero3_prefetch": self.zero3_prefetch}
 
 
 def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
@@ -99,6 +114,8 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
         offload=f.choice("offload", Offload, Offload.NONE),
         offload_tier=f.text("offload_tier", ""),
         layers_per_stage=layers,
+        zero3_granularity=f.choice("zero3_granularity", Zero3Granularity, Zero3Granularity.LAYER),
+        zero3_prefetch=f.boolean("zero3_prefetch", True),
     )
     f.done()
     return spec

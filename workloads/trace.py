@@ -88,6 +88,9 @@ class CollectiveOp:
     group: str
     stream: Stream
     deps: tuple[int, ...] = ()
+    per_rank_copies: bool = False
+    """The result lands in a list of per-rank tensors: one copy kernel per rank after the
+    collective (PyTorch's all_gather with a tensor list, as DeepSpeed ZeRO-3 used it)."""
 
 
 @dataclass(frozen=True, slots=True)

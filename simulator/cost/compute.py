@@ -58,16 +58,23 @@ class ComputeModel:
         self.device = device
         self.vector_peak = device.peak_flops.get(Dtype.FP32, max(device.peak_flops.values()))
         self.bandwidth = device.memory_bandwidth * device.efficiency.memory
+        """Streaming bandwidth, the roofline's memory ceiling for compute kernels."""
         self._times: dict[int, tuple[tuple[Kernel, ...], float]] = {}
 
     def efficiency(self, k: Kernel) -> float:
+        """Fraction of peak (compute ops) or of HBM bandwidth (element-wise) in training."""
+        eff = self.device.efficiency
+        return self._isolated(k) * eff.in_training.get(k.op_class, 1.0)
+
+    def _isolated(self, k: Kernel) -> float:
         eff = self.device.efficiency
         curve = eff.curves.get(k.op_class)
         if curve is not None:
             return curve(k.bytes if k.op_class is OpClass.ELEMENTWISE else k.flops)
         sms = self.device.compute_units
         if k.op_class is OpClass.MATMUL:
-            return eff.matmul * shape_factor(k.m, k.n, k.k, k.batch, sms, K_LOOP_OVERHEAD)
+            ceiling = eff.matmul_fp8 if k.dtype is Dtype.FP8 and eff.matmul_fp8 else eff.matmul
+            return ceiling * shape_factor(k.m, k.n, k.k, k.batch, sms, K_LOOP_OVERHEAD)
         if k.op_class is OpClass.ATTENTION:
             # Query tiles of 128 over batch x heads; the key length is the inner loop.
             return eff.attention * shape_factor(k.m, 128, k.n, k.batch, sms, ATTENTION_KEY_OVERHEAD)
@@ -75,8 +82,7 @@ class ComputeModel:
 
     def kernel_time(self, k: Kernel) -> float:
         if k.op_class is OpClass.ELEMENTWISE:
-            curve = self.device.efficiency.curves.get(OpClass.ELEMENTWISE)
-            bw = self.device.memory_bandwidth * curve(k.bytes) if curve else self.bandwidth
+            bw = self.device.memory_bandwidth * self.efficiency(k)
             return LAUNCH_GAP_S + max(k.bytes / bw, k.flops / self.vector_peak)
         peak = self.device.flops(k.dtype)
         compute = k.flops / (peak * self.efficiency(k))

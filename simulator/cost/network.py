@@ -63,6 +63,8 @@ HOP_LATENCY_US = {
 # Payload fraction of what goes on the wire: LL sends 4 B of data with a 4 B flag; LL128 uses
 # 120 B of each 128 B line (NCCL docs, "NCCL_PROTO").
 PROTOCOL_EFFICIENCY = {Protocol.LL: 0.5, Protocol.LL128: 120.0 / 128.0, Protocol.SIMPLE: 1.0}
+COPY_KERNEL_S = 5e-6
+"""One small device-to-device copy kernel, launch-bound (CUDA launch latency ~5 us)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +123,10 @@ class NetworkModel:
             hit = self._cache[key] = self._estimate(kind, nbytes, shape)
         return hit
 
-    def collective_time(self, kind: CollectiveKind, nbytes: float, shape: GroupShape) -> float:
-        return self.estimate(kind, nbytes, shape).time_s
+    def collective_time(self, kind: CollectiveKind, nbytes: float, shape: GroupShape,
+                        per_rank_copies: bool = False) -> float:
+        copies = shape.size * COPY_KERNEL_S if per_rank_copies else 0.0
+        return self.estimate(kind, nbytes, shape).time_s + copies
 
     def _estimate(self, kind: CollectiveKind, nbytes: float, shape: GroupShape) -> CollectiveEstimate:
         n, nodes = shape.size, shape.nodes
