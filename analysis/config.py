@@ -47,7 +47,12 @@ def read_yaml(path: Path) -> Mapping[str, Any]:
     return data
 
 
+CLUSTER_FIELDS = ("gpu", "num_gpus", "node", "fabric", "failure_model", "checkpoint_storage",
+                  "gpus_per_node", "oversubscription", "catalog")
+
+
 def parse_cluster(f: Fields, catalog: Catalog) -> ClusterSpec:
+    f.only(CLUSTER_FIELDS)
     cluster = catalog.cluster(
         device=f.text("gpu"),
         num_devices=f.integer("num_gpus", minimum=1),
@@ -67,7 +72,7 @@ def parse_cluster(f: Fields, catalog: Catalog) -> ClusterSpec:
 
 def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
                         catalog_dirs: Iterable[str | Path] = ()) -> RunConfig:
-    top = Fields(data, "")
+    top = Fields(data, "").only(("model", "training", "strategy", "cluster") + OPTIONAL_SECTIONS)
     cluster_f = top.sub("cluster", required=True)
     dirs = list(catalog_dirs)
     extra = cluster_f.raw("catalog", [])

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 from collections.abc import Mapping
 
 from hardware_specs import Catalog, SpecError
 from hardware_specs.units import format_bytes, format_rate
 
+from analysis.cli_common import add_catalog_option
 from analysis.tables import render
 
 SECTIONS = ("devices", "nodes", "fabrics", "memory_tiers", "failure_models")
@@ -56,7 +58,31 @@ def show(catalog: Catalog, name: str) -> tuple[str, dict]:
                 lines.append(f"  {key}: {value}")
             return "\n".join(lines), data
     everything = sorted(n for s in SECTIONS for n in catalog.section(s))
-    import difflib
     close = difflib.get_close_matches(name, everything, n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise SpecError("NAME", f"nothing called {name!r} in the catalog{hint}")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("hardware", help="list or show the hardware catalog")
+    p.add_argument("action", choices=["list", "show"])
+    p.add_argument("name", nargs="?", help="device, node, fabric, tier or failure model")
+    p.add_argument("--json", dest="json_out", action="store_true", help="print JSON")
+    add_catalog_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import json
+
+    from hardware_specs import load_catalog
+
+    catalog = load_catalog(args.catalog)
+    if args.action == "list":
+        print(list_catalog(catalog))
+        return 0
+    if not args.name:
+        raise SpecError("NAME", "`clustersim hardware show NAME` needs a name")
+    text, data = show(catalog, args.name)
+    print(json.dumps(data, indent=2) if args.json_out else text)
+    return 0

@@ -23,6 +23,7 @@ from workloads.model import from_mapping
 from workloads.strategy import strategy_from_mapping
 from workloads.training import training_from_mapping
 
+from analysis.cli_common import add_catalog_option, write_json
 from analysis.config import RunConfig
 from analysis.step import run_step, DEFAULT_OPTIONS
 from analysis.tables import render
@@ -193,3 +194,26 @@ def render_outcomes(outcomes: list[RowOutcome]) -> str:
             f"{100 * s.max_abs_error:.1f}%; {s.not_fitting} do not fit in memory; "
             f"{s.unmapped} not mapped")
     return table + tail
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate", help="compare predictions with published runs")
+    p.add_argument("--runs", required=True, metavar="FILE.csv", help="published-runs table")
+    p.add_argument("--json", metavar="OUT", help="write rows and summary as JSON")
+    add_catalog_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from hardware_specs import load_catalog
+
+    path = Path(args.runs)
+    if not path.exists():
+        raise SpecError("--runs", f"no such file: {path}")
+    outcomes = validate_rows(path, load_catalog(args.catalog))
+    print(render_outcomes(outcomes))
+    if args.json:
+        write_json({"summary": summarize(outcomes).to_dict(),
+                    "rows": [o.to_dict() for o in outcomes]}, args.json)
+        print(f"\nwrote {args.json}")
+    return 0

@@ -6,6 +6,7 @@ so that all of them reject unknown keys and wrong types the same way.
 
 from __future__ import annotations
 
+import difflib
 import enum
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -16,7 +17,9 @@ from hardware_specs.errors import SpecError
 E = TypeVar("E", bound=enum.Enum)
 T = TypeVar("T")
 
-_MISSING = object()
+MISSING = object()
+"""Default meaning "the field is required"."""
+_MISSING = MISSING
 
 
 class Fields:
@@ -114,6 +117,16 @@ class Fields:
             out[str(name)] = read(section.sub(str(name), required=True))
         section.done()
         return out
+
+    def only(self, allowed) -> "Fields":
+        """Reject unknown keys up front (before a missing required one is reported)."""
+        unknown = sorted(set(map(str, self.data)) - set(allowed))
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], list(allowed), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise SpecError(self.at(unknown[0]), f"unknown field{hint} (expected one of: "
+                            f"{', '.join(sorted(allowed))})")
+        return self
 
     def done(self) -> None:
         unknown = sorted(set(map(str, self.data)) - self._read)

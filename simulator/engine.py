@@ -102,10 +102,12 @@ class _ClassState:
 
 class StepSimulation:
     def __init__(self, trace: Trace, cluster: ClusterSpec,
-                 options: SimulationOptions = SimulationOptions(), faults: Faults = Faults()):
+                 options: SimulationOptions = SimulationOptions(), faults: Faults = Faults(),
+                 compute: ComputeModel | None = None, network: NetworkModel | None = None):
+        """``compute`` and ``network`` replace the default cost models (tests, calibration)."""
         self.trace, self.cluster, self.options, self.faults = trace, cluster, options, faults
-        self.compute = ComputeModel(cluster.device)
-        self.network = NetworkModel(cluster)
+        self.compute = compute or ComputeModel(cluster.device)
+        self.network = network or NetworkModel(cluster)
         conditions = {r: faults.condition(r) for r in faults.ranks()}
         self.classes, self.class_of = rank_classes(trace, conditions, expand=options.expand)
         self.env = simpy.Environment()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hardware_specs import SpecError
-from hardware_specs.fields import Fields
+from hardware_specs.fields import MISSING, Fields
 
 
 class Mlp(enum.Enum):
@@ -244,12 +244,15 @@ PRESETS: Mapping[str, TransformerSpec] = {
 
 def from_mapping(data: Mapping, path: str = "model") -> TransformerSpec:
     """An inline model: ``{layers, hidden, heads, ...}``; ``base: PRESET`` fills what is omitted."""
-    f = Fields(data, path)
+    f = Fields(data, path).only(_INLINE_FIELDS)
     base_name = f.text("base", "")
     if base_name and base_name not in PRESETS:
         raise SpecError(f.at("base"), f"unknown preset {base_name!r}; known: {', '.join(PRESETS)}")
     base = PRESETS.get(base_name)
     d = base.to_dict() if base else {}
+    d = {k: v for k, v in d.items()}
+    for key in ("layers", "hidden", "heads", "vocab"):
+        d.setdefault(key, MISSING)
     hidden = f.integer("hidden", d.get("hidden"), minimum=1)
     heads = f.integer("heads", d.get("heads"), minimum=1)
     mlp = f.choice("mlp", Mlp, d.get("mlp", "gelu"))
@@ -280,6 +283,8 @@ def from_mapping(data: Mapping, path: str = "model") -> TransformerSpec:
     f.done()
     return check(model, path)
 
+
+_INLINE_FIELDS = ("base",) + tuple(TransformerSpec.__dataclass_fields__)
 
 # Hugging Face config.json keys, by the name we use; the first key present wins.
 _HF_KEYS = {

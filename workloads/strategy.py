@@ -98,7 +98,7 @@ class Strategy:
 
 
 def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
-    f = Fields(data, path)
+    f = Fields(data, path).only(Strategy.__dataclass_fields__)
     layers = tuple(int(x) for x in f.items("layers_per_stage", []))
     spec = Strategy(
         dp=f.integer("dp", 1, minimum=1),
@@ -132,9 +132,6 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
     s = strategy
     if s.zero > 3:
         raise SpecError(f"{path}.zero", f"expected 0, 1, 2 or 3, got {s.zero}")
-    if world_size is not None and s.world_size != world_size:
-        raise SpecError(f"{path}", f"dp*tp*pp*cp = {s.dp}*{s.tp}*{s.pp}*{s.cp} = {s.world_size} "
-                        f"but cluster.num_gpus = {world_size}")
     if model.heads % s.tp:
         raise SpecError(f"{path}.tp", f"{s.tp} does not divide model.heads={model.heads}")
     if model.kv_heads % s.tp and s.tp % model.kv_heads:
@@ -142,6 +139,9 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
                         "nor is a multiple of it (to replicate KV heads)")
     if model.ffn_hidden % s.tp or (model.is_moe and model.expert_ffn % s.tp):
         raise SpecError(f"{path}.tp", f"{s.tp} does not divide model.ffn_hidden={model.ffn_hidden}")
+    if world_size is not None and s.world_size != world_size:
+        raise SpecError(f"{path}", f"dp*tp*pp*cp = {s.dp}*{s.tp}*{s.pp}*{s.cp} = {s.world_size} "
+                        f"but cluster.num_gpus = {world_size}")
     if s.sequence_parallel and s.tp == 1:
         raise SpecError(f"{path}.sequence_parallel", "needs tp > 1")
     if training.seq_len % (s.cp * (s.tp if s.sequence_parallel else 1)):

@@ -56,7 +56,7 @@ class TrainingSpec:
     seq_len: int
     global_batch: int
     """Sequences per optimizer step."""
-    micro_batch: int
+    micro_batch: int = 1
     """Sequences per forward/backward pass of one pipeline (one DP replica)."""
     precision: Precision = Precision.BF16
     optimizer: Optimizer = Optimizer.ADAM
@@ -73,7 +73,7 @@ class TrainingSpec:
 
 
 def training_from_mapping(data: Mapping, path: str = "training") -> TrainingSpec:
-    f = Fields(data, path)
+    f = Fields(data, path).only(TrainingSpec.__dataclass_fields__)
     spec = TrainingSpec(
         seq_len=f.integer("seq_len", minimum=1),
         global_batch=f.integer("global_batch", minimum=1),

@@ -1,0 +1,48 @@
+"""``clustersim simulate CONFIG``: one training step, its breakdown and memory."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from hardware_specs import SpecError
+
+from analysis.cli_common import add_catalog_option, write_json
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_EXAMPLE = "examples/llama3_70b_h100.yaml"
+
+
+def default_config() -> Path:
+    for base in (Path.cwd(), REPO_ROOT):
+        candidate = base / DEFAULT_EXAMPLE
+        if candidate.exists():
+            return candidate
+    raise SpecError("CONFIG", f"no config given and {DEFAULT_EXAMPLE} not found")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("simulate", help="simulate one training step of a config")
+    p.add_argument("config", nargs="?", help=f"run config YAML (default: {DEFAULT_EXAMPLE})")
+    p.add_argument("--json", metavar="OUT", help="write the result as JSON")
+    p.add_argument("--trace", metavar="OUT", help="write a Chrome/Perfetto trace JSON")
+    add_catalog_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis.chrome_trace import write_chrome_trace
+    from analysis.config import load_config
+    from analysis.step import run_step
+    from analysis.summary import summary
+
+    config = load_config(args.config or default_config(), args.catalog)
+    report = run_step(config)
+    print(summary(report))
+    if args.json:
+        write_json(report.to_dict(), args.json)
+        print(f"\nwrote {args.json}")
+    if args.trace:
+        write_chrome_trace(report.result, Path(args.trace))
+        print(f"wrote {args.trace} (open it in https://ui.perfetto.dev or chrome://tracing)")
+    return 0

@@ -1,0 +1,31 @@
+"""Shared fixtures: the catalog, and small jobs that simulate in well under a second."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hardware_specs import load_catalog
+from workloads import Job, Strategy, TrainingSpec
+from workloads.model import from_mapping
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def catalog():
+    return load_catalog()
+
+
+def tiny_model(**over):
+    """A small GPT-like model: 8 layers of h=1024, tiny vocabulary (embedding/head negligible)."""
+    spec = {"name": "tiny", "layers": 8, "hidden": 1024, "heads": 16, "vocab": 256, "mlp": "gelu"}
+    spec.update(over)
+    return from_mapping(spec)
+
+
+def tiny_job(strategy: Strategy, global_batch: int = 16, micro_batch: int = 1,
+             seq_len: int = 1024, **model) -> Job:
+    training = TrainingSpec(seq_len=seq_len, global_batch=global_batch, micro_batch=micro_batch)
+    return Job(tiny_model(**model), training, strategy).checked(strategy.world_size)

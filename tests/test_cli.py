@@ -1,0 +1,63 @@
+"""End to end through the command line: what a user types and reads."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def clustersim(*args, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", "analysis.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_simulate_default_example_prints_summary_and_memory_table(tmp_path):
+    out = tmp_path / "r.json"
+    run = clustersim("simulate", "--json", str(out))
+    assert run.returncode == 0, run.stderr
+    assert "llama3-70b (70.55B parameters)" in run.stdout
+    assert "Memory per GPU" in run.stdout and "stage" in run.stdout
+    data = json.loads(out.read_text())
+    for key in ("parameters", "flops_per_step", "peak_memory_gb", "fits_in_memory", "memory",
+                "step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "breakdown"):
+        assert key in data
+    assert [s["stage"] for s in data["memory"]] == [0, 1]
+    for part in ("weights", "gradients", "optimizer", "activations", "comm_buffers", "reserve"):
+        assert data["memory"][0][part] > 0
+    b = data["breakdown"]
+    total = (b["compute_s"] + sum(b["exposed_comm_s"].values()) + b["bubble_s"]
+             + b["optimizer_s"] + b["other_s"])
+    assert total == pytest.approx(data["step_time_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize("strategy, message", [
+    ("{tp: 7, pp: 1, dp: 1}", "error: strategy.tp: 7 does not divide model.heads=64"),
+    ("{tp: 8, pp: 2, dp: 2}", "error: strategy: dp*tp*pp*cp = 2*8*2*1 = 32 but cluster.num_gpus = 64"),
+    ("{tp: 8, pp: 2, dp: 4, tpp: 3}", "error: strategy.tpp: unknown field; did you mean tp?"),
+])
+def test_bad_config_exits_2_with_the_field_and_numbers(tmp_path, strategy, message):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(f"model: llama3-70b\ntraining: {{seq_len: 8192, global_batch: 512}}\n"
+                   f"strategy: {strategy}\ncluster: {{gpu: h100-sxm, num_gpus: 64}}\n")
+    run = clustersim("simulate", str(cfg))
+    assert run.returncode == 2
+    assert run.stderr.startswith(message)
+    assert "Traceback" not in run.stderr
+
+
+def test_unknown_gpu_suggests_catalog_names(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("model: llama3-8b\ntraining: {seq_len: 2048, global_batch: 8}\n"
+                   "cluster: {gpu: h100, num_gpus: 1}\n")
+    run = clustersim("simulate", str(cfg))
+    assert run.returncode == 2 and "cluster.gpu: unknown device 'h100'" in run.stderr
+
+
+def test_hardware_list_and_show():
+    listed = clustersim("hardware", "list")
+    assert listed.returncode == 0 and "h100-sxm" in listed.stdout and "dgx-h100" in listed.stdout
+    shown = clustersim("hardware", "show", "dgx-h100", "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["devices_per_node"] == 8

@@ -1,0 +1,120 @@
+"""Trace <-> JSON. The JSON mirrors the dataclasses of ``workloads.trace`` (schema v1):
+
+``{"version": 1, "world_size": N, "model_flops": F, "tokens": T, "meta": {...},
+  "group_sets": {name: [[ranks...], ...]},
+  "programs": [{"name", "ranks", "static_memory_bytes", "peak_memory_bytes",
+                "ops": [{"type": "compute"|"collective"|"send"|"recv"|"copy"|"memory", "id",
+                         "name", "stream", "deps", ...type-specific fields}]}]}``
+Compute ops carry their kernels (name, op_class, flops, bytes, m, n, k, batch, dtype).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hardware_specs import Dtype, OpClass, SpecError
+from workloads.layer_ops import Kernel
+from workloads.trace import (
+    CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, GroupSet, MemoryOp, Op, Phase,
+    Program, RecvOp, SendOp, Stream, Trace, validate,
+)
+
+_TYPE = {ComputeOp: "compute", CollectiveOp: "collective", SendOp: "send", RecvOp: "recv",
+         CopyOp: "copy", MemoryOp: "memory"}
+
+
+def _kernel_dict(k: Kernel) -> dict:
+    return {"name": k.name, "op_class": k.op_class.value, "flops": k.flops, "bytes": k.bytes,
+            "m": k.m, "n": k.n, "k": k.k, "batch": k.batch, "dtype": k.dtype.value}
+
+
+def _op_dict(op: Op) -> dict:
+    out: dict[str, Any] = {"type": _TYPE[type(op)], "id": op.id, "name": op.name,
+                           "stream": op.stream.value, "deps": list(op.deps)}
+    if isinstance(op, ComputeOp):
+        out.update(phase=op.phase.value, kernels=[_kernel_dict(k) for k in op.kernels])
+    elif isinstance(op, CollectiveOp):
+        out.update(kind=op.kind.value, bytes=op.bytes, group=op.group,
+                   per_rank_copies=op.per_rank_copies)
+    elif isinstance(op, (SendOp, RecvOp)):
+        out.update(group=op.group, peer=op.peer, bytes=op.bytes, tag=op.tag)
+    elif isinstance(op, CopyOp):
+        out.update(kind=op.kind.value, bytes=op.bytes)
+    elif isinstance(op, MemoryOp):
+        out.update(delta_bytes=op.delta_bytes)
+    return out
+
+
+def trace_to_dict(trace: Trace) -> dict:
+    return {
+        "version": trace.version, "world_size": trace.world_size,
+        "model_flops": trace.model_flops, "tokens": trace.tokens, "meta": dict(trace.meta),
+        "group_sets": {n: [list(g) for g in gs.groups] for n, gs in trace.group_sets.items()},
+        "programs": [{"name": p.name, "ranks": list(p.ranks),
+                      "static_memory_bytes": p.static_memory_bytes,
+                      "peak_memory_bytes": p.peak_memory_bytes,
+                      "ops": [_op_dict(op) for op in p.ops]} for p in trace.programs],
+    }
+
+
+def _kernel(d: dict) -> Kernel:
+    return Kernel(d["name"], OpClass(d["op_class"]), float(d["flops"]), float(d["bytes"]),
+                  int(d.get("m", 0)), int(d.get("n", 0)), int(d.get("k", 0)),
+                  int(d.get("batch", 1)), Dtype(d.get("dtype", "bf16")))
+
+
+def _op(d: dict) -> Op:
+    common = dict(id=int(d["id"]), name=str(d["name"]), deps=tuple(int(x) for x in d.get("deps", [])))
+    kind = d["type"]
+    if kind == "compute":
+        return ComputeOp(phase=Phase(d["phase"]), kernels=tuple(_kernel(k) for k in d["kernels"]),
+                         stream=Stream(d.get("stream", "compute")), **common)
+    if kind == "collective":
+        return CollectiveOp(kind=CollectiveKind(d["kind"]), bytes=float(d["bytes"]),
+                            group=str(d["group"]), stream=Stream(d["stream"]),
+                            per_rank_copies=bool(d.get("per_rank_copies", False)), **common)
+    if kind in ("send", "recv"):
+        cls = SendOp if kind == "send" else RecvOp
+        return cls(group=str(d["group"]), peer=int(d["peer"]), bytes=float(d["bytes"]),
+                   tag=int(d["tag"]), stream=Stream(d.get("stream", "pp")), **common)
+    if kind == "copy":
+        return CopyOp(kind=CopyKind(d["kind"]), bytes=float(d["bytes"]),
+                      stream=Stream(d.get("stream", "copy")), **common)
+    if kind == "memory":
+        return MemoryOp(delta_bytes=float(d["delta_bytes"]),
+                        stream=Stream(d.get("stream", "compute")), **common)
+    raise SpecError("trace.op.type", f"unknown op type {kind!r}")
+
+
+def trace_from_dict(data: dict) -> Trace:
+    try:
+        trace = Trace(
+            world_size=int(data["world_size"]),
+            programs=tuple(Program(p["name"], tuple(int(r) for r in p["ranks"]),
+                                   tuple(_op(o) for o in p["ops"]),
+                                   float(p.get("static_memory_bytes", 0.0)),
+                                   float(p.get("peak_memory_bytes", 0.0)))
+                           for p in data["programs"]),
+            group_sets={n: GroupSet(n, tuple(tuple(int(r) for r in g) for g in groups))
+                        for n, groups in data["group_sets"].items()},
+            model_flops=float(data.get("model_flops", 0.0)),
+            tokens=float(data.get("tokens", 0.0)),
+            meta=dict(data.get("meta", {})),
+            version=int(data.get("version", 0)),
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise SpecError("trace", f"malformed trace JSON: {err}") from None
+    return validate(trace)
+
+
+def save_trace(trace: Trace, path: Path) -> None:
+    path.write_text(json.dumps(trace_to_dict(trace)))
+
+
+def load_trace(path: Path) -> Trace:
+    try:
+        return trace_from_dict(json.loads(path.read_text()))
+    except json.JSONDecodeError as err:
+        raise SpecError("trace", f"{path} is not JSON: {err}") from None
