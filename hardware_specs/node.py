@@ -62,6 +62,9 @@ class NodeSpec:
     nic_efficiency: float = 0.92
     """Fraction of NIC line rate NCCL's large transfers reach. Default from nccl-tests on two
     NDm A100 v4 nodes (8 x 200 Gb/s HDR): all-reduce busbw 183.8-188.2 GB/s of 200 = 0.92-0.94."""
+    collective_latency_s: float = 0.0
+    """Measured per-step latency of a collective inside this node (e.g. gloo over shared
+    memory, from calibration); 0 means NCCL's own latency model (``src/graph/tuning.cc``)."""
     source: str = ""
 
     @property
@@ -89,6 +92,7 @@ def read_node(f: Fields) -> NodeSpec:
         local_storage=f.text("local_storage"),
         scale_up_efficiency=f.number("scale_up_efficiency", 0.85, minimum=0.05, maximum=1.0),
         nic_efficiency=f.number("nic_efficiency", 0.92, minimum=0.05, maximum=1.0),
+        collective_latency_s=f.quantity("collective_latency", Quantity.TIME, 0.0, positive=False),
         source=f.text("source", ""),
     )
     f.done()

@@ -169,6 +169,9 @@ class NetworkModel:
         return HOP_LATENCY_US[Hop.NET if net else self.intra_hop][algorithm][proto]
 
     def _latency(self, algorithm: Algorithm, proto: Protocol, steps: int, inter: int) -> float:
+        measured = self.cluster.node.collective_latency_s
+        if measured:
+            return (1 + steps - inter) * measured + inter * self.cluster.node.nic_latency_s
         us = (BASE_LATENCY_US[algorithm][proto]
               + (steps - inter) * HOP_LATENCY_US[self.intra_hop][algorithm][proto]
               + inter * HOP_LATENCY_US[Hop.NET][algorithm][proto])
