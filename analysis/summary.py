@@ -50,7 +50,8 @@ def summary(report: StepReport) -> str:
     head = key_values([
         ("model", f"{job.model.name} ({job.model.parameters / 1e9:.2f}B parameters)"),
         ("cluster", f"{cluster.num_devices} x {cluster.device.name} in {cluster.num_nodes} "
-                    f"{cluster.node.name} nodes, {cluster.fabric.name}"),
+                    f"{cluster.node.name} node{'s' if cluster.num_nodes > 1 else ''}, "
+                    f"{cluster.fabric.name}"),
         ("strategy", strategy),
         ("batch", f"{job.training.global_batch} x {job.training.seq_len} tokens, micro-batch "
                   f"{job.training.micro_batch}, {job.micro_batches} micro-batches per pipeline, "

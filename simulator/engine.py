@@ -78,7 +78,7 @@ class _ClassState:
 
     __slots__ = ("cls", "ops", "finish", "arrive", "previous", "waiters", "records",
                  "compute_busy_until", "comms_in_flight", "seq", "signature", "shape",
-                 "compute_slow", "link_slow", "send_posted")
+                 "compute_slow", "link_slow", "send_posted", "group_classes")
 
     def __init__(self, cls: RankClass, ops: tuple[Op, ...], slow: tuple[float, float]):
         self.cls = cls
@@ -94,6 +94,7 @@ class _ClassState:
         self.comms_in_flight = 0
         self.seq: dict[str, int] = {}
         self.signature: dict[str, tuple[int, ...]] = {}
+        self.group_classes: dict[str, frozenset[int]] = {}
         self.shape: dict[str, GroupShape] = {}
         self.compute_slow, self.link_slow = slow
         self.send_posted: dict[int, float] = {}
@@ -122,6 +123,7 @@ class StepSimulation:
         if sig is None:
             group = self.trace.group_of(group_set, st.cls.representative)
             sig = st.signature[group_set] = tuple(int(self.class_of[r]) for r in group)
+            st.group_classes[group_set] = frozenset(sig)
             st.shape[group_set] = GroupShape.of(group, self.cluster)
         return sig
 
@@ -182,30 +184,38 @@ class StepSimulation:
         yield env.timeout(duration)
         self._done(st, op, start, op.phase.value)
 
+    def _collective_time(self, op: CollectiveOp, st: _ClassState, classes) -> float:
+        duration = self.network.collective_time(op.kind, op.bytes, st.shape[op.group],
+                                                op.per_rank_copies)
+        duration *= self._link_factor(classes)
+        slowdown = self.options.comm_slowdown_when_overlapped
+        if slowdown and any(self.states[c].compute_busy_until > self.env.now for c in classes):
+            duration *= 1.0 + slowdown
+        return duration
+
     def _collective(self, st: _ClassState, op: CollectiveOp):
         env = self.env
         sig = self._signature(st, op.group)
-        seq = st.seq.get(op.group, 0)
-        st.seq[op.group] = seq + 1
-        key = (op.group, sig, seq)
-        rv = self.rendezvous.get(key)
-        if rv is None:
-            rv = self.rendezvous[key] = _Rendezvous(env, frozenset(sig))
-        rv.arrived.add(st.cls.index)
         arrived = env.now
         st.comms_in_flight += 1
-        if rv.arrived == rv.needed:
-            del self.rendezvous[key]
-            duration = self.network.collective_time(op.kind, op.bytes, st.shape[op.group],
-                                                    op.per_rank_copies)
-            duration *= self._link_factor(rv.needed)
-            busy = any(self.states[c].compute_busy_until > env.now for c in rv.needed)
-            if busy and self.options.comm_slowdown_when_overlapped:
-                duration *= 1.0 + self.options.comm_slowdown_when_overlapped
-            yield env.timeout(duration)
-            rv.event.succeed()
+        needed = st.group_classes[op.group]
+        if len(needed) == 1:
+            # Every member of the group is in this class: nobody to wait for.
+            yield env.timeout(self._collective_time(op, st, needed))
         else:
-            yield rv.event
+            seq = st.seq.get(op.group, 0)
+            st.seq[op.group] = seq + 1
+            key = (op.group, sig, seq)
+            rv = self.rendezvous.get(key)
+            if rv is None:
+                rv = self.rendezvous[key] = _Rendezvous(env, needed)
+            rv.arrived.add(st.cls.index)
+            if rv.arrived == rv.needed:
+                del self.rendezvous[key]
+                yield env.timeout(self._collective_time(op, st, needed))
+                rv.event.succeed()
+            else:
+                yield rv.event
         st.comms_in_flight -= 1
         self._done(st, op, arrived, _AXIS_OF_GROUP.get(op.group, "dp"))
 

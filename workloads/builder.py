@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from hardware_specs import SpecError
 from workloads.job import Job
 from workloads.layer_ops import Kernel, LayerOps, Pass
@@ -339,30 +341,26 @@ def _scaled(k: Kernel, factor: float) -> Kernel:
 def group_sets(layout: ParallelLayout, ep: int, tied_pp_embedding: bool) -> dict[str, GroupSet]:
     """Rank partitions for every axis the trace uses. ``dp`` is the gradient-reduction group
     (data x context parallel ranks holding the same parameters)."""
-    world = range(layout.world_size)
+    ranks = np.arange(layout.world_size)
+    tp, cp, dp, pp = (layout.tp, layout.cp, layout.dp, layout.pp)
+    grid = ranks.reshape(pp, dp, cp, tp)   # rank = tp + TP * (cp + CP * (dp + DP * pp))
 
-    def partition(key) -> tuple[tuple[int, ...], ...]:
-        groups: dict[object, list[int]] = {}
-        for r in world:
-            groups.setdefault(key(r), []).append(r)
-        return tuple(tuple(g) for g in groups.values())
+    def groups(array: np.ndarray) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(int(r) for r in row) for row in array)
 
-    coords = [layout.coords(r) for r in world]
     sets = {
-        "tp": partition(lambda r: (coords[r][Axis.CP], coords[r][Axis.DP], coords[r][Axis.PP])),
-        "cp": partition(lambda r: (coords[r][Axis.TP], coords[r][Axis.DP], coords[r][Axis.PP])),
-        "pp": partition(lambda r: (coords[r][Axis.TP], coords[r][Axis.CP], coords[r][Axis.DP])),
-        "dp": partition(lambda r: (coords[r][Axis.TP], coords[r][Axis.PP])),
+        "tp": groups(grid.reshape(-1, tp)),
+        "cp": groups(grid.transpose(0, 1, 3, 2).reshape(-1, cp)),
+        "pp": groups(grid.transpose(1, 2, 3, 0).reshape(-1, pp)),
+        # data x context ranks of one (pp, tp) position: they hold the same parameters
+        "dp": groups(grid.transpose(0, 3, 1, 2).reshape(-1, dp * cp)),
     }
     if ep > 1:
-        def replica(r: int) -> int:   # position in the dp x cp group
-            return coords[r][Axis.CP] + layout.cp * coords[r][Axis.DP]
-        sets["ep"] = partition(lambda r: (coords[r][Axis.TP], coords[r][Axis.PP], replica(r) // ep))
+        # expert-parallel groups: consecutive blocks of ep ranks within each dp x cp group
+        sets["ep"] = groups(grid.transpose(0, 3, 1, 2).reshape(-1, ep))
     if tied_pp_embedding:
-        ends = {0, layout.pp - 1}
-        sets["embedding"] = tuple(g for g in (
-            tuple(r for r in grp if coords[r][Axis.PP] in ends) for grp in sets["pp"]))
-    return {name: GroupSet(name, groups) for name, groups in sets.items()}
+        sets["embedding"] = groups(grid[[0, pp - 1]].transpose(1, 2, 3, 0).reshape(-1, 2))
+    return {name: GroupSet(name, g) for name, g in sets.items()}
 
 
 def build_trace(job: Job) -> Trace:
@@ -372,9 +370,9 @@ def build_trace(job: Job) -> Trace:
         raise SpecError("strategy", "empty world")
     layout = ParallelLayout(tp=s.tp, cp=s.cp, dp=s.dp, pp=s.pp)
     programs = []
+    per_stage = layout.world_size // s.pp
     for plan in stage_plans(m, s):
-        ranks = tuple(r for r in range(layout.world_size)
-                      if layout.coords(r)[Axis.PP] == plan.stage)
+        ranks = tuple(range(plan.stage * per_stage, (plan.stage + 1) * per_stage))
         ops = _StageBuilder(job, plan).run()
         mem = stage_memory(m, job.training, s, plan).memory
         static = mem.weights + mem.gradients + mem.optimizer + mem.comm_buffers

@@ -6,7 +6,10 @@ them). Anything that produces a Trace - our generators, an imported profile - ca
 - A **program** is the op list shared by a set of ranks (e.g. every rank of one pipeline
   stage); the simulator runs each distinct program once per rank class, with a multiplicity.
 - **Ops** run on a **stream**. Ops of one stream run in list order (like a CUDA stream); ``deps``
-  name ops (of the same program) that must finish first, usually on other streams.
+  name ops (of the same program) that must finish first, usually on other streams. An op's id is
+  its position in the program; deps point to earlier ops, so the graph is acyclic. Ops on the
+  pp stream are the exception to stream order: each send/recv is posted as soon as its deps are
+  done (non-blocking isend/irecv).
 - **Group sets** partition the ranks along one axis (tp, cp, dp, ep, pp, ...). A collective names
   the set; each rank takes part in the group of the set that contains it. A send/recv names the
   set and the peer's position in the rank's group (pp: the stage index).
@@ -204,26 +207,26 @@ def validate(trace: Trace) -> Trace:
         if len(members) != len(set(members)):
             raise SpecError(f"trace.group_sets.{gs.name}", "a rank appears in two groups")
     for prog in trace.programs:
-        ids: set[int] = set()
-        for op in prog.ops:
-            where = f"trace.programs.{prog.name}.op[{op.id}]"
+        checked: set[str] = set()
+        for position, op in enumerate(prog.ops):
+            where = f"trace.programs.{prog.name}.op[{position}]"
+            if op.id != position:
+                raise SpecError(where, f"has id {op.id}; op ids must be their positions")
             for d in op.deps:
-                if d not in ids:
+                if not 0 <= d < position:
                     raise SpecError(where, f"depends on op {d}, which does not come before it "
                                     "(dependencies must point backwards: the graph is acyclic)")
-            if op.id in ids:
-                raise SpecError(where, "duplicate op id")
-            ids.add(op.id)
             if isinstance(op, (CollectiveOp, SendOp, RecvOp)):
                 gs = trace.group_sets.get(op.group)
                 if gs is None:
                     raise SpecError(where, f"names unknown group set {op.group!r}")
-                index = gs.index
-                missing = [r for r in prog.ranks if r not in index]
-                if missing:
-                    raise SpecError(where, f"rank {missing[0]} is in no group of {op.group!r}")
+                if op.group not in checked:
+                    checked.add(op.group)
+                    missing = [r for r in prog.ranks if r not in gs.index]
+                    if missing:
+                        raise SpecError(where, f"rank {missing[0]} is in no group of {op.group!r}")
                 if isinstance(op, (SendOp, RecvOp)):
-                    size = len(gs.groups[index[prog.ranks[0]]])
+                    size = len(gs.group_of(prog.ranks[0]))
                     if not 0 <= op.peer < size:
                         raise SpecError(where, f"peer {op.peer} outside group of size {size}")
     return trace

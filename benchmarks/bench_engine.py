@@ -1,0 +1,64 @@
+"""Engine speed: the Llama-3-405B step on 16,384 H100 SXM next to a bare SimPy loop.
+
+Config (Llama 3 Herd, arXiv 2407.21783, sec. 3.3.2): TP8 PP16 DP128, seq 8192, global batch
+2048, micro-batch 1, interleaved 1F1B. Reference: a bare SimPy loop of 1,000,000 timeouts run in
+the same process, so the ratio is meaningful on a shared, noisy machine.
+
+    python benchmarks/bench_engine.py
+"""
+
+from __future__ import annotations
+
+import time
+
+import simpy
+
+from hardware_specs import load_catalog
+from simulator import simulate
+from workloads import Job, Recompute, Schedule, Strategy, TrainingSpec
+from workloads.builder import build_trace
+from workloads.model import PRESETS
+
+BARE_TIMEOUTS = 1_000_000
+
+
+def bare_simpy_seconds(n: int = BARE_TIMEOUTS) -> float:
+    env = simpy.Environment()
+
+    def loop():
+        for _ in range(n):
+            yield env.timeout(1.0)
+
+    env.process(loop())
+    start = time.perf_counter()
+    env.run()
+    return time.perf_counter() - start
+
+
+def llama3_405b_job() -> Job:
+    strategy = Strategy(tp=8, pp=16, dp=128, sequence_parallel=True, schedule=Schedule.INTERLEAVED,
+                        virtual_stages=2, recompute=Recompute.NONE, zero=1)
+    training = TrainingSpec(seq_len=8192, global_batch=2048, micro_batch=1)
+    return Job(PRESETS["llama3-405b"], training, strategy).checked(16384)
+
+
+def main() -> None:
+    cluster = load_catalog().cluster(device="h100-sxm", num_devices=16384)
+    job = llama3_405b_job()
+    bare = bare_simpy_seconds()
+    start = time.perf_counter()
+    trace = build_trace(job)
+    built = time.perf_counter() - start
+    result = simulate(trace, cluster)
+    total = time.perf_counter() - start
+    ops = sum(len(p.ops) for p in trace.programs)
+    print(f"bare SimPy, {BARE_TIMEOUTS:,} timeouts: {bare:.2f} s")
+    print(f"llama3-405b on 16,384 h100-sxm: build {built:.2f} s + simulate "
+          f"{result.wall_time_s:.2f} s = {total:.2f} s; {ops:,} ops in {len(result.classes)} rank "
+          f"classes; {result.events:,} events")
+    print(f"step time {result.step_time_s:.2f} s, MFU {100 * result.mfu:.1f}%")
+    print(f"ratio to bare SimPy: {total / bare:.2f}x (must stay under 5x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Engine invariants: pipeline bubbles, rank-class collapse, monotonicity, determinism."""
+
+from dataclasses import replace
+
+import pytest
+
+from simulator import SimulationOptions, StepSimulation, simulate
+from simulator.cost.compute import ComputeModel
+from simulator.cost.network import NetworkModel
+from workloads import Recompute, Schedule, Strategy
+from workloads.builder import build_trace
+from workloads.trace_io import trace_from_dict, trace_to_dict
+
+from tests.conftest import tiny_job
+
+
+class FreeNetwork(NetworkModel):
+    """Communication that takes no time: leaves a compute-only schedule."""
+
+    def collective_time(self, kind, nbytes, shape, per_rank_copies=False):
+        return 0.0
+
+    def p2p_time(self, nbytes, same_node):
+        return 0.0
+
+
+class LayersOnly(ComputeModel):
+    """Embedding and LM head cost nothing: every stage does the same work."""
+
+    def op_time(self, op):
+        return 0.0 if op.name.endswith((".embedding", ".head")) else super().op_time(op)
+
+
+WIDE = {"hidden": 4096, "heads": 32, "vocab": 128}
+
+
+def _run(job, cluster, **kw):
+    return StepSimulation(build_trace(job), cluster, **kw).run()
+
+
+def _schedule_only(job, cluster):
+    """A compute-only run of identical stages: what the pipeline schedule alone costs."""
+    return _run(job, cluster, network=FreeNetwork(cluster), compute=LayersOnly(cluster.device))
+
+
+@pytest.mark.parametrize("pp, micro", [(2, 4), (4, 8), (4, 16), (8, 8)])
+def test_1f1b_bubble_fraction_is_p_minus_1_over_m_plus_p_minus_1(catalog, pp, micro):
+    cluster = catalog.cluster(device="h100-sxm", num_devices=pp)
+    job = tiny_job(Strategy(pp=pp), global_batch=micro, layers=2 * pp, **WIDE)
+    first = _schedule_only(job, cluster).classes[0].breakdown
+    idle = first.bubble_s / (first.bubble_s + first.compute_s)
+    assert idle == pytest.approx((pp - 1) / (micro + pp - 1), rel=1e-3)
+
+
+@pytest.mark.parametrize("v", [2, 4])
+def test_interleaving_divides_the_bubble_by_v(catalog, v):
+    pp, micro = 4, 8
+    cluster = catalog.cluster(device="h100-sxm", num_devices=pp)
+    plain = _schedule_only(tiny_job(Strategy(pp=pp), global_batch=micro, layers=16, **WIDE),
+                           cluster)
+    inter = _schedule_only(tiny_job(Strategy(pp=pp, schedule=Schedule.INTERLEAVED,
+                                             virtual_stages=v),
+                                    global_batch=micro, layers=16, **WIDE), cluster)
+    assert inter.classes[0].breakdown.bubble_s == pytest.approx(
+        plain.classes[0].breakdown.bubble_s / v, rel=1e-3)
+
+
+STRATEGIES = [
+    Strategy(tp=2, pp=2, dp=4, sequence_parallel=True, zero=1, recompute=Recompute.SELECTIVE),
+    Strategy(tp=2, pp=2, dp=2, cp=2, zero=1),
+    Strategy(pp=4, dp=4, schedule=Schedule.INTERLEAVED, virtual_stages=2, recompute=Recompute.FULL),
+    Strategy(dp=16, zero=3),
+    Strategy(tp=4, dp=4, zero=2),
+]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: f"tp{s.tp}pp{s.pp}dp{s.dp}cp{s.cp}z{s.zero}")
+def test_collapsed_and_expanded_runs_agree(catalog, strategy):
+    cluster = catalog.cluster(device="h100-sxm", num_devices=16)
+    job = tiny_job(strategy, global_batch=16)
+    collapsed = _run(job, cluster)
+    expanded = _run(job, cluster, options=SimulationOptions(expand=True))
+    assert len(expanded.classes) == 16 and len(collapsed.classes) == strategy.pp
+    assert expanded.step_time_s == pytest.approx(collapsed.step_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: f"tp{s.tp}pp{s.pp}dp{s.dp}cp{s.cp}z{s.zero}")
+def test_breakdown_sums_to_step_time_for_every_class(catalog, strategy):
+    cluster = catalog.cluster(device="a100-80gb", num_devices=16)
+    result = _run(tiny_job(strategy, global_batch=32), cluster)
+    for c in result.classes:
+        assert c.breakdown.total_s == pytest.approx(c.finish_s, rel=1e-9)
+    assert result.breakdown.total_s == pytest.approx(result.step_time_s, rel=1e-9)
+
+
+def _scaled_cluster(cluster, flops=1.0, bandwidth=1.0):
+    device = replace(cluster.device, peak_flops={d: v * flops for d, v in cluster.device.peak_flops.items()},
+                     memory_bandwidth=cluster.device.memory_bandwidth * flops)
+    node = replace(cluster.node, scale_up_bandwidth=cluster.node.scale_up_bandwidth * bandwidth,
+                   nic_bandwidth=cluster.node.nic_bandwidth * bandwidth)
+    return replace(cluster, device=device, node=node)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: f"tp{s.tp}pp{s.pp}dp{s.dp}cp{s.cp}z{s.zero}")
+@pytest.mark.parametrize("flops, bandwidth", [(2.0, 1.0), (1.0, 2.0), (1.0, 10.0), (1.5, 1.5)])
+def test_more_bandwidth_or_flops_never_makes_a_step_slower(catalog, strategy, flops, bandwidth):
+    cluster = catalog.cluster(device="h100-sxm", num_devices=16)
+    job = tiny_job(strategy, global_batch=32)
+    base = _run(job, cluster).step_time_s
+    faster = _run(job, _scaled_cluster(cluster, flops, bandwidth)).step_time_s
+    assert faster <= base * (1 + 1e-12)
+
+
+def test_same_config_same_result(catalog):
+    cluster = catalog.cluster(device="h100-sxm", num_devices=16)
+    job = tiny_job(STRATEGIES[0], global_batch=32)
+    a = simulate(build_trace(job), cluster).to_dict()
+    b = simulate(build_trace(job), cluster).to_dict()
+    a["simulation"].pop("wall_time_s"), b["simulation"].pop("wall_time_s")
+    assert a == b
+
+
+def test_trace_survives_a_json_round_trip(catalog):
+    cluster = catalog.cluster(device="h100-sxm", num_devices=16)
+    trace = build_trace(tiny_job(STRATEGIES[1], global_batch=16))
+    again = trace_from_dict(trace_to_dict(trace))
+    assert again == trace
+    assert simulate(again, cluster).step_time_s == simulate(trace, cluster).step_time_s
+
+
+def test_a_straggler_splits_its_class_and_slows_the_step(catalog):
+    from simulator import Faults
+    cluster = catalog.cluster(device="h100-sxm", num_devices=16)
+    job = tiny_job(STRATEGIES[0], global_batch=16)
+    healthy = simulate(build_trace(job), cluster)
+    slow = simulate(build_trace(job), cluster, faults=Faults(compute_slowdown={5: 1.5}))
+    assert len(slow.classes) > len(healthy.classes)
+    assert slow.step_time_s > healthy.step_time_s * 1.1

@@ -1,0 +1,43 @@
+"""Accuracy on the bundled published runs (analysis/data/published_runs_dev.csv)."""
+
+import csv
+
+import pytest
+
+from analysis.validate import publication_date, software_of, summarize, validate_rows
+
+from tests.conftest import REPO
+
+RUNS = REPO / "analysis/data/published_runs_dev.csv"
+
+
+def test_bundled_runs_keep_their_provenance():
+    rows = list(csv.DictReader(RUNS.open()))
+    assert len(rows) == 77
+    assert all(r["source"] and r["measured_step_time_s"] for r in rows)
+
+
+@pytest.mark.parametrize("source, date", [
+    ("Narayanan et al. (SC'21, arXiv 2104.04473)", (2021, 4)),
+    ("Korthikanti et al. 2022, arXiv 2205.05198", (2022, 5)),
+    ("mosaicml/llm-foundry benchmarking README", None),
+    ("BLOOM, 2022", (2022, 1)),
+])
+def test_publication_dates(source, date):
+    assert publication_date(source) == date
+
+
+def test_software_era_follows_the_source_date():
+    old = software_of({"source": "arXiv 2104.04473"})
+    assert old == {"attention": "standard", "zero3_granularity": "tensor", "zero3_prefetch": False}
+    assert software_of({"source": "arXiv 2407.21783"}) == {}
+    assert software_of({"source": "arXiv 2104.04473", "attention": "flash"})["attention"] == "flash"
+
+
+@pytest.mark.slow
+def test_dev_set_mape_is_at_most_ten_percent(catalog):
+    outcomes = validate_rows(RUNS, catalog)
+    summary = summarize(outcomes)
+    assert summary.unmapped == 0
+    assert summary.compared >= 70
+    assert summary.mape <= 0.10
