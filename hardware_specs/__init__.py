@@ -1,6 +1,6 @@
 """What hardware *is*: devices, nodes, fabrics, memory tiers and failure rates, from a YAML catalog."""
 
-from hardware_specs.cluster import ClusterSpec
+from hardware_specs.cluster import ClusterSpec, Placement
 from hardware_specs.device import DeviceEfficiency, DeviceKind, DeviceSpec
 from hardware_specs.dtypes import Dtype
 from hardware_specs.efficiency import EfficiencyCurve, OpClass
@@ -14,6 +14,7 @@ from hardware_specs.node import NicKind, NodeSpec, ScaleUpKind
 __all__ = [
     "Catalog", "ClusterSpec", "DeviceEfficiency", "DeviceKind", "DeviceSpec", "Dtype",
     "EfficiencyCurve", "FabricKind", "FabricSpec", "FabricTier", "FailureCause", "FailureModel",
-    "Hazard", "MemoryTierSpec", "NicKind", "NodeSpec", "OpClass", "ScaleUpKind", "SpecError",
+    "Hazard", "MemoryTierSpec", "NicKind", "NodeSpec", "OpClass", "Placement", "ScaleUpKind",
+    "SpecError",
     "TierKind", "TierScope", "load_catalog",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 
@@ -10,6 +11,15 @@ from hardware_specs.fabric import FabricSpec
 from hardware_specs.failures import FailureModel
 from hardware_specs.memory import MemoryTierSpec
 from hardware_specs.node import NodeSpec
+
+
+class Placement(enum.Enum):
+    """How job ranks map onto devices."""
+
+    PACKED = "packed"
+    """Rank r on device r: consecutive ranks (a TP group) share a node."""
+    SCATTERED = "scattered"
+    """Round-robin over nodes: consecutive ranks on different nodes (a worst case to compare)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -24,6 +34,7 @@ class ClusterSpec:
     host_memory: MemoryTierSpec
     local_storage: MemoryTierSpec
     checkpoint_storage: MemoryTierSpec
+    placement: Placement = Placement.PACKED
 
     @property
     def devices_per_node(self) -> int:
@@ -34,5 +45,12 @@ class ClusterSpec:
     def num_nodes(self) -> int:
         return math.ceil(self.num_devices / self.devices_per_node)
 
+    def device_of(self, rank: int) -> int:
+        """The device that runs job rank ``rank``."""
+        if self.placement is Placement.SCATTERED:
+            node, local = rank % self.num_nodes, rank // self.num_nodes
+            return node * self.devices_per_node + local
+        return rank
+
     def node_of(self, rank: int) -> int:
-        return rank // self.devices_per_node
+        return self.device_of(rank) // self.devices_per_node

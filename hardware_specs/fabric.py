@@ -42,6 +42,8 @@ class FabricSpec:
     name: str
     kind: FabricKind
     tiers: tuple[FabricTier, ...]
+    in_network_reduction: bool = False
+    """Switches reduce data in flight (InfiniBand SHARP): NCCL's CollNet algorithms."""
     source: str = ""
 
     def nodes_per_leaf(self, nics_per_node: int) -> int:
@@ -58,7 +60,7 @@ class FabricSpec:
                        oversubscription=(ratio if i < len(self.tiers) - 1 else t.oversubscription))
             for i, t in enumerate(self.tiers))
         return FabricSpec(name=f"{self.name}@{ratio:g}:1", kind=self.kind, tiers=tiers,
-                          source=self.source)
+                          in_network_reduction=self.in_network_reduction, source=self.source)
 
 
 def read_fabric(f: Fields) -> FabricSpec:
@@ -75,6 +77,8 @@ def read_fabric(f: Fields) -> FabricSpec:
     if not tiers:
         raise SpecError(f.at("tiers"), "a fabric needs at least one tier of switches")
     spec = FabricSpec(name=f.path.rsplit(".", 1)[-1], kind=f.choice("kind", FabricKind),
-                      tiers=tuple(tiers), source=f.text("source", ""))
+                      tiers=tuple(tiers),
+                      in_network_reduction=f.boolean("in_network_reduction", False),
+                      source=f.text("source", ""))
     f.done()
     return spec

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import enum
 import math
 import time
 from collections.abc import Mapping
@@ -23,13 +24,23 @@ import simpy
 from hardware_specs import ClusterSpec, Dtype
 from simulator.classes import RankClass, rank_classes
 from simulator.cost.compute import ComputeModel
-from simulator.cost.network import GroupShape, NetworkModel
+from simulator.cost.collectives import COPY_KERNEL_S, Algorithm, Plan
+from simulator.cost.network import Instances, NetworkModel
+from simulator.flows import FlowNetwork
 from simulator.result import AXES, Breakdown, ClassSummary, OpRecord, StepResult
 from workloads.trace import (
-    CollectiveOp, ComputeOp, CopyOp, MemoryOp, Op, Phase, RecvOp, SendOp, Stream, Trace,
+    CollectiveKind, CollectiveOp, ComputeOp, CopyOp, MemoryOp, Op, Phase, RecvOp, SendOp, Stream,
+    Trace,
 )
 
 _AXIS_OF_GROUP = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp", "embedding": "dp"}
+
+
+class NetworkMode(enum.Enum):
+    FLOW = "flow"
+    """Concurrent transfers share network links max-min fairly (``simulator/flows.py``)."""
+    ANALYTIC = "analytic"
+    """Every collective takes its uncontended time."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,6 +55,9 @@ class SimulationOptions:
     """Simulate every rank on its own (for checking the rank-class collapse)."""
     record: bool = True
     """Keep per-op records (for the Chrome trace and breakdowns of every class)."""
+    network: NetworkMode = NetworkMode.FLOW
+    algorithms: Mapping[CollectiveKind, Algorithm] = field(default_factory=dict)
+    """Forced collective algorithm per kind (default: NCCL-style automatic choice)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +91,7 @@ class _ClassState:
     """Run-time state of one rank class."""
 
     __slots__ = ("cls", "ops", "finish", "arrive", "previous", "waiters", "records",
-                 "compute_busy_until", "comms_in_flight", "seq", "signature", "shape",
+                 "compute_busy_until", "comms_in_flight", "seq", "signature", "instances",
                  "compute_slow", "link_slow", "send_posted", "group_classes")
 
     def __init__(self, cls: RankClass, ops: tuple[Op, ...], slow: tuple[float, float]):
@@ -95,7 +109,7 @@ class _ClassState:
         self.seq: dict[str, int] = {}
         self.signature: dict[str, tuple[int, ...]] = {}
         self.group_classes: dict[str, frozenset[int]] = {}
-        self.shape: dict[str, GroupShape] = {}
+        self.instances: dict[str, Instances] = {}
         self.compute_slow, self.link_slow = slow
         self.send_posted: dict[int, float] = {}
         """recv op id -> when the matching send was posted (before that it is bubble)."""
@@ -108,14 +122,17 @@ class StepSimulation:
         """``compute`` and ``network`` replace the default cost models (tests, calibration)."""
         self.trace, self.cluster, self.options, self.faults = trace, cluster, options, faults
         self.compute = compute or ComputeModel(cluster.device)
-        self.network = network or NetworkModel(cluster)
+        self.network = network or NetworkModel(cluster, options.algorithms)
+        self.env = simpy.Environment()
+        self.flows = (FlowNetwork(self.env, self.network.topology.capacity)
+                      if options.network is NetworkMode.FLOW else None)
         conditions = {r: faults.condition(r) for r in faults.ranks()}
         self.classes, self.class_of = rank_classes(trace, conditions, expand=options.expand)
-        self.env = simpy.Environment()
         self.states = [
             _ClassState(c, trace.programs[c.program].ops, faults.condition(c.representative))
             for c in self.classes]
         self.rendezvous: dict[tuple, _Rendezvous] = {}
+        self._instance_cache: dict[tuple, Instances] = {}
 
     # --- structure ----------------------------------------------------------------------
     def _signature(self, st: _ClassState, group_set: str) -> tuple[int, ...]:
@@ -124,8 +141,21 @@ class StepSimulation:
             group = self.trace.group_of(group_set, st.cls.representative)
             sig = st.signature[group_set] = tuple(int(self.class_of[r]) for r in group)
             st.group_classes[group_set] = frozenset(sig)
-            st.shape[group_set] = GroupShape.of(group, self.cluster)
+            st.instances[group_set] = self._instances(group_set, frozenset(sig))
         return sig
+
+    def _instances(self, group_set: str, classes: frozenset[int]) -> Instances:
+        """Device groups of ``group_set`` that hold ranks of ``classes``: the collectives that
+        run together when these classes reach it (every DP group of a stage, say)."""
+        key = (group_set, classes)
+        hit = self._instance_cache.get(key)
+        if hit is None:
+            gs = self.trace.group_sets[group_set]
+            seen = {gs.index[r] for c in sorted(classes) for r in self.classes[c].ranks}
+            device = self.cluster.device_of
+            hit = self._instance_cache[key] = tuple(
+                tuple(device(r) for r in gs.groups[i]) for i in sorted(seen))
+        return hit
 
     def _link_factor(self, classes) -> float:
         return max(self.states[c].link_slow for c in classes)
@@ -184,14 +214,36 @@ class StepSimulation:
         yield env.timeout(duration)
         self._done(st, op, start, op.phase.value)
 
-    def _collective_time(self, op: CollectiveOp, st: _ClassState, classes) -> float:
-        duration = self.network.collective_time(op.kind, op.bytes, st.shape[op.group],
-                                                op.per_rank_copies)
-        duration *= self._link_factor(classes)
+    def _stretch(self, classes) -> float:
+        """Bandwidth slowdown of a transfer: degraded links of its members, and interference
+        when it starts while their compute streams are busy."""
+        factor = self._link_factor(classes)
         slowdown = self.options.comm_slowdown_when_overlapped
         if slowdown and any(self.states[c].compute_busy_until > self.env.now for c in classes):
-            duration *= 1.0 + slowdown
-        return duration
+            factor *= 1.0 + slowdown
+        return factor
+
+    def _transfer(self, plan: Plan, factor: float, extra_s: float = 0.0):
+        """Run a plan: latency plus the longer of its NVLink part and its network part, the
+        network part shared with other traffic under the flow model."""
+        env = self.env
+        if factor != 1.0:
+            plan = plan.scaled(factor)
+        if self.flows is None or not plan.loads:
+            yield env.timeout(plan.time(self.network.topology) + extra_s)
+            return
+        start = env.now
+        yield self.flows.transfer(plan.loads)
+        elapsed = env.now - start
+        yield env.timeout(plan.latency_s + max(plan.intra_s, elapsed) - elapsed + extra_s)
+
+    def _run_collective(self, op: CollectiveOp, st: _ClassState, classes):
+        instances = self._instances(op.group, classes)
+        if len(instances[0]) <= 1 or op.bytes <= 0:
+            return
+        plan = self.network.plan(op.kind, op.bytes, instances)
+        copies = len(instances[0]) * COPY_KERNEL_S if op.per_rank_copies else 0.0
+        yield from self._transfer(plan, self._stretch(classes), copies)
 
     def _collective(self, st: _ClassState, op: CollectiveOp):
         env = self.env
@@ -201,7 +253,7 @@ class StepSimulation:
         needed = st.group_classes[op.group]
         if len(needed) == 1:
             # Every member of the group is in this class: nobody to wait for.
-            yield env.timeout(self._collective_time(op, st, needed))
+            yield from self._run_collective(op, st, needed)
         else:
             seq = st.seq.get(op.group, 0)
             st.seq[op.group] = seq + 1
@@ -212,7 +264,7 @@ class StepSimulation:
             rv.arrived.add(st.cls.index)
             if rv.arrived == rv.needed:
                 del self.rendezvous[key]
-                yield env.timeout(self._collective_time(op, st, needed))
+                yield from self._run_collective(op, st, needed)
                 rv.event.succeed()
             else:
                 yield rv.event
@@ -239,10 +291,8 @@ class StepSimulation:
             del self.rendezvous[key]
             if isinstance(op, RecvOp):
                 st.send_posted[op.id] = rv.posted[0]
-            same_node = (st.cls.representative // self.cluster.devices_per_node
-                         == peer_rank // self.cluster.devices_per_node)
-            duration = self.network.p2p_time(op.bytes, same_node) * self._link_factor((src, dst))
-            yield env.timeout(duration)
+            plan = self._p2p_plan(op, st, src, dst)
+            yield from self._transfer(plan, self._stretch((src, dst)))
             rv.event.succeed()
         else:
             yield rv.event
@@ -250,6 +300,25 @@ class StepSimulation:
                 st.send_posted[op.id] = rv.posted[0]
         st.comms_in_flight -= 1
         self._done(st, op, posted, "pp")
+
+    def _p2p_plan(self, op: SendOp | RecvOp, st: _ClassState, src: int, dst: int) -> Plan:
+        """All sends of the sending class to the receiving class, as one plan (they happen
+        together: every DP and TP replica of a stage sends its activation at once)."""
+        sending = isinstance(op, SendOp)
+        key = ("p2p", op.group, op.bytes, src, dst, sending, op.peer)
+        hit = self._instance_cache.get(key)
+        if hit is None:
+            gs = self.trace.group_sets[op.group]
+            mine, other = (src, dst) if sending else (dst, src)
+            device = self.cluster.device_of
+            pairs = []
+            for r in self.classes[mine].ranks:
+                partner = gs.group_of(r)[op.peer]
+                if self.class_of[partner] == other:
+                    pairs.append((device(r), device(partner)) if sending
+                                 else (device(partner), device(r)))
+            hit = self._instance_cache[key] = self.network.p2p_plan(op.bytes, pairs)
+        return hit
 
     # --- running ----------------------------------------------------------------------------
     def run(self) -> StepResult:

@@ -6,7 +6,7 @@ import pytest
 
 from simulator import SimulationOptions, StepSimulation, simulate
 from simulator.cost.compute import ComputeModel
-from simulator.cost.network import NetworkModel
+from simulator.cost.network import Algorithm, NetworkModel, Plan, Protocol
 from workloads import Recompute, Schedule, Strategy
 from workloads.builder import build_trace
 from workloads.trace_io import trace_from_dict, trace_to_dict
@@ -14,14 +14,17 @@ from workloads.trace_io import trace_from_dict, trace_to_dict
 from tests.conftest import tiny_job
 
 
+FREE = Plan(Algorithm.DIRECT, Protocol.SIMPLE, 0.0, 0.0, ())
+
+
 class FreeNetwork(NetworkModel):
     """Communication that takes no time: leaves a compute-only schedule."""
 
-    def collective_time(self, kind, nbytes, shape, per_rank_copies=False):
-        return 0.0
+    def plan(self, kind, nbytes, instances):
+        return FREE
 
-    def p2p_time(self, nbytes, same_node):
-        return 0.0
+    def p2p_plan(self, nbytes, pairs):
+        return FREE
 
 
 class LayersOnly(ComputeModel):

@@ -1,0 +1,108 @@
+"""Where each device sits, and which links a transfer between two devices crosses.
+
+Built from the cluster spec alone. Links are directional and named by kind and index:
+
+- ``nic_tx`` / ``nic_rx`` (one NIC, per direction), indexed by global NIC id;
+- ``leaf_up`` / ``leaf_down``: all uplinks of one leaf switch to its spine block, as a bundle;
+- ``pod_up`` / ``pod_down``: all uplinks of one pod (a spine block) to the core tier.
+
+Rail-optimised fabrics (DGX SuperPOD) wire NIC k of every node to the leaves of rail k; a classic
+fat-tree wires all NICs of a node to one top-of-rack leaf. A leaf serves as many nodes as it has
+down ports (rail) or down ports / NICs per node (fat-tree); its uplink bundle carries its down
+capacity divided by the tier's oversubscription, and a pod's core uplinks likewise. Transfers
+between GPUs of different rails go to the destination's rail over NVLink first (NCCL's PXN, on
+by default since NCCL 2.12), so inter-node traffic stays on one rail.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from hardware_specs.cluster import ClusterSpec
+from hardware_specs.fabric import FabricKind
+
+
+class LinkKind(enum.Enum):
+    NIC_TX = "nic_tx"
+    NIC_RX = "nic_rx"
+    LEAF_UP = "leaf_up"
+    LEAF_DOWN = "leaf_down"
+    POD_UP = "pod_up"
+    POD_DOWN = "pod_down"
+
+
+Link = tuple[LinkKind, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    node: int
+    local: int
+    """Index of the device inside its node."""
+    nic: int
+    """Global id of the NIC this device uses (its rail's NIC on its node)."""
+    rail: int
+    leaf: int
+    pod: int
+
+
+class Topology:
+    """Device locations and link capacities of one cluster (see the module docstring)."""
+
+    def __init__(self, cluster: ClusterSpec):
+        self.cluster = cluster
+        node = cluster.node
+        self.devices_per_node = cluster.devices_per_node
+        self.nics_per_node = max(1, round(node.nic_count * self.devices_per_node
+                                          / node.devices_per_node)) if node.nic_count else 0
+        fabric = cluster.fabric
+        self.rail_optimized = fabric.kind is FabricKind.RAIL_OPTIMIZED
+        self.nodes_per_leaf = fabric.nodes_per_leaf(self.nics_per_node or 1)
+        self.leaves_per_rail_group = 1 if not self.rail_optimized else self.nics_per_node
+        leaf_tier = fabric.tiers[0]
+        nic_bw = node.nic_bandwidth * node.nic_efficiency
+        self.nic_capacity = nic_bw
+        ports = self.nodes_per_leaf * (1 if self.rail_optimized else self.nics_per_node)
+        self.leaf_capacity = ports * nic_bw / leaf_tier.oversubscription
+        if len(fabric.tiers) > 2:
+            spine = fabric.tiers[1]
+            self.leaves_per_pod = max(1, spine.down_ports)
+            self.pod_capacity = self.leaves_per_pod * self.leaf_capacity / spine.oversubscription
+        else:
+            self.leaves_per_pod = math.inf
+            self.pod_capacity = math.inf
+
+    def location(self, device: int) -> Location:
+        node, local = divmod(device, self.devices_per_node)
+        nics = self.nics_per_node or 1
+        rail = local * nics // self.devices_per_node
+        group = node // self.nodes_per_leaf
+        leaf = group * nics + rail if self.rail_optimized else group
+        pod = 0 if self.leaves_per_pod is math.inf else leaf // int(self.leaves_per_pod)
+        return Location(node, local, node * nics + rail, rail, leaf, pod)
+
+    def capacity(self, link: Link) -> float:
+        kind = link[0]
+        if kind in (LinkKind.NIC_TX, LinkKind.NIC_RX):
+            return self.nic_capacity
+        if kind in (LinkKind.LEAF_UP, LinkKind.LEAF_DOWN):
+            return self.leaf_capacity
+        return self.pod_capacity
+
+    def path(self, src: int, dst: int) -> tuple[Link, ...]:
+        """Network links of a transfer from device ``src`` to device ``dst`` (empty inside a
+        node). The sender uses the NIC of the receiver's rail on its own node (PXN)."""
+        a, b = self.location(src), self.location(dst)
+        if a.node == b.node:
+            return ()
+        sender = self.location(a.node * self.devices_per_node + b.local)
+        links: list[Link] = [(LinkKind.NIC_TX, sender.nic)]
+        if sender.leaf != b.leaf:
+            links.append((LinkKind.LEAF_UP, sender.leaf))
+            if sender.pod != b.pod:
+                links += [(LinkKind.POD_UP, sender.pod), (LinkKind.POD_DOWN, b.pod)]
+            links.append((LinkKind.LEAF_DOWN, b.leaf))
+        links.append((LinkKind.NIC_RX, b.nic))
+        return tuple(links)

@@ -1,0 +1,285 @@
+"""NCCL's collective algorithms as cost plans: a latency, an NVLink-bound time, network loads.
+
+For each algorithm and protocol NCCL would consider, a :class:`Plan` gives
+- ``latency_s``: ``baseLat + steps x hwLat`` with NCCL's constants (``src/graph/tuning.cc``);
+- ``intra_s``: the time the bytes need on each GPU's scale-up port (NVLink/NVSwitch/xGMI);
+- ``loads``: bytes each network link carries, summed over every group instance that runs the
+  collective at the same time (so a spine shared by 8 DP groups sees all 8).
+Alone on the fabric a plan takes ``latency + max(intra, max(load / capacity))``; under the flow
+model the network part shares links with other traffic (``simulator/flows.py``).
+
+Algorithms (NCCL docs, "Collective Operations"; Jeaugey, NCCL 2.x talks):
+- ring: all-reduce moves 2(n-1)/n of the buffer through every rank, all-gather and
+  reduce-scatter (n-1)/n (nccl-tests' bus factors); each ring crosses every node boundary once,
+  and its channels leave a node on the NICs of the group's members there;
+- tree (all-reduce, several nodes): double binary trees, ~log2(nodes) network hops;
+- NVLS (all-reduce, one NVSwitch node with NVLink SHARP): every GPU sends and receives the buffer
+  once, the switch reduces;
+- CollNet (all-reduce across nodes, InfiniBand SHARP): reduce inside nodes, every node sends and
+  receives its share once through the switch tree;
+- direct: all-to-all sends n-1 pieces of S/n, send/recv one transfer.
+LL carries 4 data bytes per 8, LL128 120 per 128 (NCCL docs, NCCL_PROTO).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+from hardware_specs import ClusterSpec, ScaleUpKind
+from hardware_specs.topology import Link, LinkKind, Topology
+from workloads.trace import CollectiveKind
+
+
+class Algorithm(enum.Enum):
+    RING = "ring"
+    TREE = "tree"
+    NVLS = "nvls"
+    COLLNET = "collnet"
+    DIRECT = "direct"
+
+
+class Protocol(enum.Enum):
+    LL = "LL"
+    LL128 = "LL128"
+    SIMPLE = "Simple"
+
+
+class Hop(enum.Enum):
+    NVLINK = 0
+    PCI = 1
+    NET = 2
+
+
+# NCCL src/graph/tuning.cc: baseLat[algorithm][protocol] and hwLat[hop][algorithm][protocol], us.
+BASE_LATENCY_US = {
+    Algorithm.TREE: {Protocol.LL: 6.8, Protocol.LL128: 14.0, Protocol.SIMPLE: 8.4},
+    Algorithm.RING: {Protocol.LL: 6.6, Protocol.LL128: 14.0, Protocol.SIMPLE: 8.4},
+    Algorithm.NVLS: {Protocol.SIMPLE: 0.0},
+    Algorithm.COLLNET: {Protocol.SIMPLE: 0.0},
+}
+HOP_LATENCY_US = {
+    Hop.NVLINK: {Algorithm.TREE: {Protocol.LL: 0.6, Protocol.LL128: 1.25, Protocol.SIMPLE: 4.0},
+                 Algorithm.RING: {Protocol.LL: 0.6, Protocol.LL128: 1.9, Protocol.SIMPLE: 3.4},
+                 Algorithm.NVLS: {Protocol.SIMPLE: 25.0},
+                 Algorithm.COLLNET: {Protocol.SIMPLE: 3.7}},
+    Hop.PCI: {Algorithm.TREE: {Protocol.LL: 1.0, Protocol.LL128: 1.9, Protocol.SIMPLE: 4.0},
+              Algorithm.RING: {Protocol.LL: 1.0, Protocol.LL128: 2.5, Protocol.SIMPLE: 5.7},
+              Algorithm.NVLS: {Protocol.SIMPLE: 0.0},
+              Algorithm.COLLNET: {Protocol.SIMPLE: 3.7}},
+    Hop.NET: {Algorithm.TREE: {Protocol.LL: 5.0, Protocol.LL128: 8.5, Protocol.SIMPLE: 14.0},
+              Algorithm.RING: {Protocol.LL: 2.7, Protocol.LL128: 4.0, Protocol.SIMPLE: 14.0},
+              Algorithm.NVLS: {Protocol.SIMPLE: 18.0},
+              Algorithm.COLLNET: {Protocol.SIMPLE: 31.0}},
+}
+PROTOCOL_EFFICIENCY = {Protocol.LL: 0.5, Protocol.LL128: 120.0 / 128.0, Protocol.SIMPLE: 1.0}
+# NCCL's tuner (src/graph/tuning.cc) refines protocol bandwidth: LL ring bus bandwidth is 1/4
+# of the link's (all-reduce, or several nodes) or 1/3, capped per architecture and node count
+# (llMaxBws, N1/N2/N4 columns); LL128 is 0.92 of it, 0.7 with one GPU per node.
+LL_FRACTION = {True: 1.0 / 4.0, False: 1.0 / 3.0}
+LL_MAX_BUS_GBPS = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
+                   "hopper": (141.0, 45.0, 35.0), "blackwell": (282.0, 90.0, 70.0)}
+LL128_FRACTION = {True: 0.92, False: 0.7}
+ARCH_OF_SCALE_UP = {"nvlink2": "volta", "nvlink3": "ampere", "nvlink4": "hopper",
+                    "nvlink5": "blackwell"}
+SINGLE_GPU_PER_NODE_EFFICIENCY = 0.75
+"""A ring with one GPU per node drives its NIC alone (no PXN fan-in, two channels): nccl-tests
+across two NDm A100 v4 nodes with one GPU each reached 15.8-18.7 GB/s bus bandwidth on a
+200 Gb/s HDR NIC (mscclpp docs/performance-ndmv4.md), 0.63-0.75 of the 0.92 x line rate that
+8 GPUs per node reach; NCCL's own tuner derates LL128 the same way (0.7 for one GPU per node)."""
+REDUCTION_EFFICIENCY = 0.913
+"""Reducing collectives run their NVLink ring slower than copying ones (each step adds the
+incoming chunk on the SMs): nccl-tests on the same 8x A100 node measured all-reduce 231.45 GB/s and
+all-gather 253.59 GB/s bus bandwidth (Azure NDm A100 v4, microsoft/mscclpp
+docs/performance-ndmv4.md)."""
+NVLS_EFFICIENCY = 0.6
+"""NVLink SHARP all-reduce: algorithm bandwidth as a fraction of a GPU's NVLink port bandwidth
+per direction. NVIDIA reports ~480 GB/s bus bandwidth for NVLS all-reduce on 8 H100 (NVIDIA
+technical blog on NCCL 2.17 NVLink SHARP), i.e. 480 / 1.75 / 450 = 0.61 of the port."""
+COPY_KERNEL_S = 5e-6
+"""One small device-to-device copy kernel, launch-bound (CUDA launch latency ~5 us)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    algorithm: Algorithm
+    protocol: Protocol
+    latency_s: float
+    intra_s: float
+    loads: tuple[tuple[Link, float], ...]
+    """Network bytes per link, over all concurrent group instances."""
+
+    def network_s(self, topology: Topology) -> float:
+        return max((b / topology.capacity(link) for link, b in self.loads), default=0.0)
+
+    def time(self, topology: Topology) -> float:
+        return self.latency_s + max(self.intra_s, self.network_s(topology))
+
+    def scaled(self, factor: float) -> "Plan":
+        """The same plan with its bandwidth terms stretched (a degraded link, interference)."""
+        return Plan(self.algorithm, self.protocol, self.latency_s, self.intra_s * factor,
+                    tuple((l, b * factor) for l, b in self.loads))
+
+
+class CollectivePlanner:
+    """Candidate plans for a collective on given group instances of one cluster."""
+
+    def __init__(self, cluster: ClusterSpec, topology: Topology):
+        self.cluster, self.topology = cluster, topology
+        node = cluster.node
+        self.intra_hop = Hop.PCI if node.scale_up_kind is ScaleUpKind.PCIE else Hop.NVLINK
+        self.scale_up = node.scale_up_bandwidth * node.scale_up_efficiency
+        self._unit: dict[tuple, tuple[tuple[Link, float], ...]] = {}
+
+    # --- network loads per byte of volume ------------------------------------------------
+    def _nodes(self, group: tuple[int, ...]) -> dict[int, list[int]]:
+        per: dict[int, list[int]] = defaultdict(list)
+        for device in group:
+            per[self.topology.location(device).node].append(device)
+        return dict(sorted(per.items()))
+
+    def ring_unit_loads(self, instances: tuple[tuple[int, ...], ...]) -> tuple[tuple[Link, float], ...]:
+        """Network bytes per byte of per-rank ring volume: at each node boundary, the volume
+        leaves on the NICs of the members there, split evenly (one channel per member)."""
+        key = ("ring", instances)
+        hit = self._unit.get(key)
+        if hit is None:
+            loads: dict[Link, float] = defaultdict(float)
+            for group in instances:
+                nodes = list(self._nodes(group).items())
+                if len(nodes) < 2:
+                    continue
+                for (_, here), (_, there) in zip(nodes, nodes[1:] + nodes[:1]):
+                    share = 1.0 / len(here)
+                    for i, src in enumerate(here):
+                        dst = there[i % len(there)]
+                        for link in self.topology.path(src, dst):
+                            loads[link] += share
+            hit = self._unit[key] = tuple(sorted(loads.items(), key=lambda kv: (kv[0][0].value, kv[0][1])))
+        return hit
+
+    def direct_unit_loads(self, instances: tuple[tuple[int, ...], ...]) -> tuple[tuple[Link, float], ...]:
+        """All-to-all: every rank sends 1/n of its buffer to every other rank."""
+        key = ("a2a", instances)
+        hit = self._unit.get(key)
+        if hit is None:
+            loads: dict[Link, float] = defaultdict(float)
+            for group in instances:
+                piece = 1.0 / len(group)
+                for src in group:
+                    for dst in group:
+                        if src != dst:
+                            for link in self.topology.path(src, dst):
+                                loads[link] += piece
+            hit = self._unit[key] = tuple(loads.items())
+        return hit
+
+    def collnet_unit_loads(self, instances: tuple[tuple[int, ...], ...]) -> tuple[tuple[Link, float], ...]:
+        """In-network reduction: each node's members send (and receive) 1/g of the buffer
+        each, once, up the switch tree (modelled as the node's leaf uplinks)."""
+        key = ("collnet", instances)
+        hit = self._unit.get(key)
+        if hit is None:
+            loads: dict[Link, float] = defaultdict(float)
+            for group in instances:
+                for members in self._nodes(group).values():
+                    for device in members:
+                        loc = self.topology.location(device)
+                        for kind in (LinkKind.NIC_TX, LinkKind.NIC_RX):
+                            loads[(kind, loc.nic)] += 1.0 / len(members)
+            hit = self._unit[key] = tuple(loads.items())
+        return hit
+
+    # --- plans -------------------------------------------------------------------------------
+    def _latency(self, algorithm: Algorithm, proto: Protocol, steps: int, inter: int) -> float:
+        node = self.cluster.node
+        if node.collective_latency_s:
+            return (1 + steps - inter) * node.collective_latency_s + inter * node.nic_latency_s
+        # NCCL adds the network's own latency (graph->latencyInter) to every network hop.
+        return (BASE_LATENCY_US[algorithm][proto]
+                + (steps - inter) * HOP_LATENCY_US[self.intra_hop][algorithm][proto]
+                + inter * HOP_LATENCY_US[Hop.NET][algorithm][proto]) * 1e-6 \
+            + inter * node.nic_latency_s
+
+    def _protocol_efficiency(self, proto: Protocol, kind: CollectiveKind, nodes: int,
+                             per_node: int) -> float:
+        """Fraction of the ring's link bandwidth a protocol delivers (NCCL tuner rules)."""
+        if proto is Protocol.SIMPLE:
+            return 1.0
+        if proto is Protocol.LL128:
+            return LL128_FRACTION[per_node >= 2]
+        fraction = LL_FRACTION[kind is CollectiveKind.ALL_REDUCE or nodes > 1]
+        arch = ARCH_OF_SCALE_UP.get(self.cluster.device.scale_up_generation, "ampere")
+        cap = LL_MAX_BUS_GBPS[arch][0 if nodes == 1 else (1 if nodes == 2 else 2)] * 1e9
+        link = self.scale_up if nodes == 1 else self.topology.nic_capacity * per_node
+        return min(fraction, cap / link)
+
+    def plans(self, kind: CollectiveKind, nbytes: float,
+              instances: tuple[tuple[int, ...], ...]) -> list[Plan]:
+        group = instances[0]
+        n = len(group)
+        nodes = self._nodes(group)
+        per_node = max(len(m) for m in nodes.values())
+        multi = len(nodes) > 1
+        if kind is CollectiveKind.ALL_TO_ALL:
+            volume = (per_node - 1) / n * nbytes
+            unit = self.direct_unit_loads(instances) if multi else ()
+            # NCCL runs all-to-all as grouped send/recv: one Simple-protocol hop each way.
+            lat = self._latency(Algorithm.RING, Protocol.SIMPLE, 1, 1 if multi else 0)
+            single = SINGLE_GPU_PER_NODE_EFFICIENCY if per_node == 1 else 1.0
+            return [Plan(Algorithm.DIRECT, Protocol.SIMPLE, lat, volume / self.scale_up,
+                         tuple((l, u * nbytes / single) for l, u in unit))]
+        if kind is CollectiveKind.ALL_REDUCE:
+            volume, steps, inter = 2.0 * (n - 1) / n * nbytes, 2 * (n - 1), 2 * (len(nodes) - 1)
+        elif kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):
+            volume, steps, inter = (n - 1) / n * nbytes, n - 1, len(nodes) - 1
+        elif kind is CollectiveKind.BROADCAST:
+            volume, steps, inter = nbytes, n - 1, len(nodes) - 1
+        else:  # RING_EXCHANGE: one step of a ring, every rank to its successor
+            volume, steps, inter = nbytes, 1, 1 if multi else 0
+        ring = self.ring_unit_loads(instances) if multi else ()
+        reducing = kind in (CollectiveKind.ALL_REDUCE, CollectiveKind.REDUCE_SCATTER)
+        out = []
+        single = SINGLE_GPU_PER_NODE_EFFICIENCY if per_node == 1 else 1.0
+        for proto in Protocol:
+            eff = self._protocol_efficiency(proto, kind, len(nodes), per_node)
+            loads = tuple((l, u * volume / (eff * single)) for l, u in ring)
+            reduce_eff = REDUCTION_EFFICIENCY if reducing else 1.0
+            intra = volume / (self.scale_up * eff * reduce_eff) if per_node > 1 else 0.0
+            out.append(Plan(Algorithm.RING, proto, self._latency(Algorithm.RING, proto, steps, inter),
+                            intra, loads))
+            if kind is CollectiveKind.ALL_REDUCE and multi:
+                depth = 2 * ((per_node - 1) + math.ceil(math.log2(len(nodes))))
+                lat = (BASE_LATENCY_US[Algorithm.TREE][proto]
+                       + depth * HOP_LATENCY_US[Hop.NET][Algorithm.TREE][proto]) * 1e-6
+                out.append(Plan(Algorithm.TREE, proto, lat, intra, loads))
+        node = self.cluster.node
+        if kind is CollectiveKind.ALL_REDUCE and not multi and node.nvls and n > 2:
+            out.append(Plan(Algorithm.NVLS, Protocol.SIMPLE,
+                            HOP_LATENCY_US[Hop.NVLINK][Algorithm.NVLS][Protocol.SIMPLE] * 1e-6,
+                            nbytes / (node.scale_up_bandwidth * NVLS_EFFICIENCY), ()))
+        if kind is CollectiveKind.ALL_REDUCE and multi and self.cluster.fabric.in_network_reduction:
+            unit = self.collnet_unit_loads(instances)
+            intra = 2.0 * (per_node - 1) / per_node * nbytes / self.scale_up if per_node > 1 else 0.0
+            lat = (HOP_LATENCY_US[Hop.NET][Algorithm.COLLNET][Protocol.SIMPLE]
+                   + 2 * (per_node - 1) * HOP_LATENCY_US[self.intra_hop][Algorithm.RING][Protocol.SIMPLE]) * 1e-6
+            out.append(Plan(Algorithm.COLLNET, Protocol.SIMPLE, lat, intra,
+                            tuple((l, u * nbytes) for l, u in unit)))
+        return out
+
+    def p2p_pairs(self, nbytes: float, pairs: list[tuple[int, int]]) -> Plan:
+        """Send/recv of ``nbytes`` between every (src, dst) device pair at once (Simple)."""
+        loads: dict[Link, float] = defaultdict(float)
+        local = False
+        for src, dst in pairs:
+            path = self.topology.path(src, dst)
+            local |= not path
+            for link in path:
+                loads[link] += nbytes
+        hop = Hop.NET if loads else self.intra_hop
+        lat = (BASE_LATENCY_US[Algorithm.RING][Protocol.SIMPLE]
+               + HOP_LATENCY_US[hop][Algorithm.RING][Protocol.SIMPLE]) * 1e-6
+        intra = nbytes / self.scale_up if local else 0.0
+        return Plan(Algorithm.DIRECT, Protocol.SIMPLE, lat, intra, tuple(loads.items()))
