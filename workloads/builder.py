@@ -134,7 +134,8 @@ class _StageBuilder:
         e, s, m = self.e, self.s, self.m
         if not m.is_moe or s.ep == 1:
             return self._tp_block(name, phase, kernels, deps, phase is Phase.BACKWARD)
-        routed_bytes = self.ops.tokens * m.top_k * m.hidden * self.elem
+        # Each rank dispatches its own tokens (its sequence shard under sequence parallelism).
+        routed_bytes = self.ops.norm_tokens * m.top_k * m.hidden * self.elem
         pre = tuple(k for k in kernels if not k.name.startswith("expert"))
         experts = tuple(k for k in kernels if k.name.startswith("expert"))
         first = e.compute(f"{name}.router", phase, pre, deps)

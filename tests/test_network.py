@@ -1,0 +1,135 @@
+"""Collective costs against published nccl-tests runs, and the flow model's contention."""
+
+import csv
+import re
+
+import pytest
+
+from analysis.collective_cmd import measure
+from hardware_specs import Placement
+from hardware_specs.topology import LinkKind, Topology
+from simulator.cost.collectives import Algorithm
+from simulator.cost.network import NetworkModel
+from workloads.trace import CollectiveKind
+
+from tests.conftest import REPO
+
+ROWS = list(csv.DictReader((REPO / "analysis/data/collectives_dev.csv").open()))
+AZURE = [r for r in ROWS if "mscclpp" in r["source"] and r["busbw_gbps"]]
+SWEEP = [r for r in ROWS if "stas00" in r["source"]]
+
+
+def _predict(catalog, row):
+    gpus, nodes = int(row["gpus"]), int(row["nodes"])
+    cluster = catalog.cluster(device="a100-80gb", num_devices=gpus, devices_per_node=gpus // nodes)
+    return measure(cluster, row["collective"].split()[0], gpus, float(row["message_bytes"]))
+
+
+@pytest.mark.parametrize("row", AZURE, ids=lambda r: f"{r['collective'].split()[0]}-{r['gpus']}g{r['nodes']}n-{r['message_bytes']}")
+def test_busbw_within_15_percent_of_azure_ndm_a100_nccl_tests(catalog, row):
+    predicted = _predict(catalog, row).busbw_gbps
+    assert predicted == pytest.approx(float(row["busbw_gbps"]), rel=0.15)
+
+
+@pytest.mark.parametrize("row", [r for r in SWEEP if int(r["message_bytes"]) >= 512 * 2**20],
+                         ids=lambda r: r["message_bytes"])
+def test_large_all_reduce_busbw_within_15_percent_of_the_8_gpu_sweep(catalog, row):
+    predicted = _predict(catalog, row).busbw_gbps
+    assert predicted == pytest.approx(float(row["busbw_gbps"]), rel=0.15)
+
+
+def test_small_message_latency_is_nccls(catalog):
+    # Azure NDm A100 v4, one node: 1 KiB all-reduce in 16.96 us (NCCL 2.17, LL protocol).
+    row = next(r for r in ROWS if r["message_bytes"] == "1024" and r["gpus"] == "8"
+               and "all_reduce" in r["collective"])
+    measured = float(re.search(r"([0-9.]+) us", row["notes"]).group(1)) * 1e-6
+    assert _predict(catalog, row).time_s == pytest.approx(measured, rel=0.3)
+
+
+def test_busbw_rises_with_message_size(catalog):
+    cluster = catalog.cluster(device="h100-sxm", num_devices=16)
+    sizes = [2**k for k in range(10, 34)]
+    bus = [measure(cluster, "all_reduce", 16, s).busbw_gbps for s in sizes]
+    assert all(b2 >= b1 * 0.999 for b1, b2 in zip(bus, bus[1:]))
+
+
+def test_nvls_beats_the_ring_for_large_all_reduce_on_nvswitch(catalog):
+    cluster = catalog.cluster(device="h100-sxm", num_devices=8)
+    auto = measure(cluster, "all_reduce", 8, 2**30)
+    ring = measure(cluster, "all_reduce", 8, 2**30, Algorithm.RING)
+    assert auto.algorithm == "nvls" and auto.busbw_gbps > 1.2 * ring.busbw_gbps
+
+
+def test_in_network_reduction_halves_inter_node_all_reduce_traffic(catalog):
+    from dataclasses import replace
+    cluster = catalog.cluster(device="h100-sxm", num_devices=64)
+    sharp = replace(cluster, fabric=replace(cluster.fabric, in_network_reduction=True))
+    group = (tuple(range(64)),)
+    ring = NetworkModel(cluster).plan(CollectiveKind.ALL_REDUCE, 2**30, group)
+    network = NetworkModel(sharp)
+    collnet = network.plan(CollectiveKind.ALL_REDUCE, 2**30, group)
+    assert collnet.algorithm is Algorithm.COLLNET
+    # Each node sends its data through the switch once instead of 2(n-1)/n times.
+    ratio = collnet.network_s(network.topology) / ring.network_s(network.topology)
+    assert ratio == pytest.approx(0.5 * 64 / 63, rel=0.02)
+    assert collnet.time(network.topology) < ring.time(network.topology)
+
+
+def test_rail_optimised_topology_keeps_a_rail_on_its_leaf(catalog):
+    cluster = catalog.cluster(device="h100-sxm", num_devices=1024)
+    topo = Topology(cluster)
+    # GPU 3 of node 0 to GPU 3 of node 5: same rail, same leaf, no spine.
+    path = topo.path(3, 5 * 8 + 3)
+    assert [k for k, _ in path] == [LinkKind.NIC_TX, LinkKind.NIC_RX]
+    # Different rail: PXN moves it to the destination's rail first; still one leaf.
+    assert len(topo.path(3, 5 * 8 + 6)) == 2
+    # Beyond the leaf's 32 nodes the path climbs to the spine.
+    far = topo.path(3, 40 * 8 + 3)
+    assert (LinkKind.LEAF_UP, topo.location(3).leaf) in far
+
+
+def test_oversubscription_slows_only_traffic_that_leaves_the_leaf(catalog):
+    flat = catalog.cluster(device="h100-sxm", num_devices=1024)
+    over = catalog.cluster(device="h100-sxm", num_devices=1024, fabric="rail-optimized-2to1")
+    assert over.fabric.tiers[0].oversubscription > 1
+    in_leaf = tuple(range(3, 32 * 8, 8))        # one GPU per node on 32 nodes: one rail leaf
+    wide = tuple(range(3, 1024, 8))              # 128 nodes: most pairs cross the spine
+    for group, slower in ((in_leaf, False), (wide, True)):
+        a = NetworkModel(flat).collective_time(CollectiveKind.ALL_TO_ALL, 2**28, (group,))
+        b = NetworkModel(over).collective_time(CollectiveKind.ALL_TO_ALL, 2**28, (group,))
+        assert (b > 1.2 * a) is slower
+    # A ring crosses each leaf boundary once: its NICs, not the uplinks, stay the bottleneck.
+    ring_flat = NetworkModel(flat).collective_time(CollectiveKind.ALL_REDUCE, 2**30, (wide,))
+    ring_over = NetworkModel(over).collective_time(CollectiveKind.ALL_REDUCE, 2**30, (wide,))
+    assert ring_over == pytest.approx(ring_flat, rel=1e-9)
+
+
+def test_scattered_placement_puts_tp_groups_across_nodes(catalog):
+    from dataclasses import replace
+    cluster = replace(catalog.cluster(device="h100-sxm", num_devices=64),
+                      placement=Placement.SCATTERED)
+    nodes = {cluster.node_of(r) for r in range(8)}
+    assert len(nodes) == 8
+
+
+def _ep_step(example, fabric=None):
+    from analysis.config import config_from_mapping, read_yaml
+    from analysis.step import run_step
+    data = dict(read_yaml(REPO / "examples" / example))
+    data["training"] = {"seq_len": 4096, "global_batch": 32, "micro_batch": 1}
+    if fabric:
+        data["cluster"] = dict(data["cluster"], fabric=fabric)
+    return run_step(config_from_mapping(data, REPO / "examples")).result
+
+
+def test_parallel_groups_crossing_an_oversubscribed_fabric_slow_each_other():
+    # 8 expert-parallel groups (one per GPU position) all-to-all across 8 nodes at once.
+    fat_tree = _ep_step("moe_fabric_contention.yaml")
+    rail = _ep_step("moe_fabric_contention_rail.yaml")
+    ep = lambda r: r.breakdown.exposed_comm_s["ep"]
+    # Rack-based fat-tree: the groups share the racks' 4:1 uplinks and lose time to each other.
+    assert ep(fat_tree) > 1.25 * ep(rail)
+    assert fat_tree.step_time_s > rail.step_time_s
+    # Rail-aligned: each group stays on its rail's leaf, so the 4:1 uplinks cost nothing.
+    unblocked = _ep_step("moe_fabric_contention_rail.yaml", "rail-optimized-nonblocking")
+    assert rail.step_time_s == pytest.approx(unblocked.step_time_s, rel=1e-9)
