@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from hardware_specs.fields import Fields
+from hardware_specs.measured_comm import AlphaBeta, CommOp, read_measured_comm
 from hardware_specs.units import Quantity
 
 
@@ -65,6 +67,9 @@ class NodeSpec:
     collective_latency_s: float = 0.0
     """Measured per-step latency of a collective inside this node (e.g. gloo over shared
     memory, from calibration); 0 means NCCL's own latency model (``src/graph/tuning.cc``)."""
+    measured_comm: Mapping[CommOp, AlphaBeta] = field(default_factory=dict)
+    """Calibrated alpha-beta fits by operation for groups inside this node (see
+    ``measured_comm.py``); operations not listed use the analytic model."""
     source: str = ""
 
     @property
@@ -93,6 +98,7 @@ def read_node(f: Fields) -> NodeSpec:
         scale_up_efficiency=f.number("scale_up_efficiency", 0.85, minimum=0.05, maximum=1.0),
         nic_efficiency=f.number("nic_efficiency", 0.92, minimum=0.05, maximum=1.0),
         collective_latency_s=f.quantity("collective_latency", Quantity.TIME, 0.0, positive=False),
+        measured_comm=read_measured_comm(f.sub("measured_comm")),
         source=f.text("source", ""),
     )
     f.done()

@@ -1,0 +1,271 @@
+"""Measure the hardware at hand with real torch: GEMMs of transformer shapes, attention (SDPA),
+element-wise kernels, the optimizer step, and collectives over message and world sizes.
+
+Compute kernels run on every rank at once, one rank per core (CPU) or device (GPU), with a
+barrier before each item: the host is as loaded as during training, so shared caches, memory
+bandwidth and clocks are those a training step gets. A record keeps what was run and how long
+it took (the median of several trials); ``fit`` turns records into a hardware profile.
+Backward kernels are timed through ``torch.autograd.grad`` with the forward graph kept, so a
+record holds that pass alone.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from analysis.calibration.launch import RankEnv, run_ranks, synchronize
+
+MICROBENCH_VERSION = 1
+TRIAL_S = 0.02
+"""Each trial repeats a kernel until it has run about this long (timer resolution, noise)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Plan:
+    """What to measure; ``quick`` keeps a small, still fittable subset (tests, smoke runs)."""
+
+    quick: bool = False
+    trials: int = 5
+    world_sizes: tuple[int, ...] = (2,)
+
+    @property
+    def hiddens(self) -> tuple[int, ...]:
+        return (256, 512) if self.quick else (128, 256, 512, 1024)
+
+    @property
+    def token_counts(self) -> tuple[int, ...]:
+        return (512,) if self.quick else (128, 512, 2048)
+
+    @property
+    def message_bytes(self) -> tuple[int, ...]:
+        top = 22 if self.quick else 24
+        return tuple(1 << e for e in range(10, top + 1, 2))
+
+    @property
+    def optimizer_params(self) -> tuple[int, ...]:
+        return (1 << 18, 1 << 22) if self.quick else (1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)
+
+
+def _median_time(fn: Callable[[], object], env: RankEnv, trials: int) -> float:
+    """Median over trials of the mean time of one call (calls repeated to fill a trial)."""
+    fn()
+    synchronize(env)
+    start = time.perf_counter()
+    fn()
+    synchronize(env)
+    once = max(time.perf_counter() - start, 1e-7)
+    reps = max(1, min(1000, int(TRIAL_S / once)))
+    times = []
+    for _ in range(trials):
+        synchronize(env)
+        start = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        synchronize(env)
+        times.append((time.perf_counter() - start) / reps)
+    return statistics.median(times)
+
+
+def _backward(y: torch.Tensor, inputs: tuple[torch.Tensor, ...]) -> Callable[[], object]:
+    grad = torch.randn_like(y)
+    return lambda: torch.autograd.grad(y, inputs, grad, retain_graph=True)
+
+
+def _gemm_items(plan: Plan, device) -> list[tuple[dict, Callable[[], object]]]:
+    """Forward (x W^T), data-gradient (dY W) and weight-gradient (dY^T X) GEMMs of a transformer
+    layer's projections (QKV, output, fc1, fc2) and their tensor-parallel halves."""
+    items = []
+    shapes = set()
+    for h in plan.hiddens:
+        for t in plan.token_counts:
+            for n, k in ((3 * h, h), (h, h), (4 * h, h), (h, 4 * h), (3 * h // 2, h), (2 * h, h)):
+                shapes.add((t, n, k))
+    for t, n, k in sorted(shapes):
+        x, w, dy = (torch.randn(t, k, device=device), torch.randn(n, k, device=device),
+                    torch.randn(t, n, device=device))
+        for layout, (m_, n_, k_), fn in (
+                ("fwd", (t, n, k), lambda x=x, w=w: torch.mm(x, w.t())),
+                ("dgrad", (t, k, n), lambda dy=dy, w=w: torch.mm(dy, w)),
+                ("wgrad", (n, k, t), lambda dy=dy, x=x: torch.mm(dy.t(), x))):
+            items.append(({"kind": "matmul", "layout": layout, "m": m_, "n": n_, "k": k_}, fn))
+    return items
+
+
+def _attention_items(plan: Plan, device) -> list[tuple[dict, Callable[[], object]]]:
+    items = []
+    seqs = (256, 512) if plan.quick else (128, 256, 512, 1024)
+    for s in seqs:
+        for heads in ((4,) if plan.quick else (2, 4, 8)):
+            b, d = 4, 64
+            q, k, v = (torch.randn(b, heads, s, d, device=device, requires_grad=True)
+                       for _ in range(3))
+            def fwd(q=q, k=k, v=v):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            shape = {"kind": "attention", "batch": b, "heads": heads, "seq": s, "head_dim": d}
+            items.append((shape | {"pass": "fwd"}, fwd))
+            items.append((shape | {"pass": "bwd"}, _backward(fwd(), (q, k, v))))
+    return items
+
+
+def _elementwise_items(plan: Plan, device) -> list[tuple[dict, Callable[[], object]]]:
+    """The memory-bound kernels of a layer, named as ``fit.ELEMENTWISE_PASSES`` counts them."""
+    items = []
+    tokens = (512, 4096) if plan.quick else (128, 512, 2048, 8192)
+    for t in tokens:
+        for h in plan.hiddens:
+            x = torch.randn(t, h, device=device, requires_grad=True)
+            wide = torch.randn(t, 4 * h, device=device, requires_grad=True)
+            ln_w = torch.ones(h, device=device, requires_grad=True)
+            other = torch.randn(t, h, device=device)
+            heads = torch.randn(4, t // 4, max(1, h // 64), min(64, h), device=device)
+            ln = F.layer_norm(x, (h,), ln_w)
+            gelu = F.gelu(wide)
+            for op, elements, fn in (
+                    ("layernorm.fwd", t * h, lambda x=x, w=ln_w, h=h: F.layer_norm(x, (h,), w)),
+                    ("layernorm.bwd", t * h, _backward(ln, (x, ln_w))),
+                    ("gelu.fwd", t * 4 * h, lambda w=wide: F.gelu(w)),
+                    ("gelu.bwd", t * 4 * h, _backward(gelu, (wide,))),
+                    ("residual.fwd", t * h, lambda x=x, o=other: x.detach() + o),
+                    ("layout.fwd", t * h,
+                     lambda a=heads: a.transpose(1, 2).contiguous())):
+                items.append(({"kind": "elementwise", "op": op, "elements": elements}, fn))
+    for t in ((512,) if plan.quick else (128, 512, 2048)):
+        for vocab in ((4096,) if plan.quick else (1024, 4096, 16384)):
+            logits = torch.randn(t, vocab, device=device, requires_grad=True)
+            target = torch.randint(0, vocab, (t,), device=device)
+            loss = F.cross_entropy(logits, target)
+            items.append(({"kind": "elementwise", "op": "cross_entropy.fwd",
+                           "elements": t * vocab},
+                          lambda lg=logits, tg=target: F.cross_entropy(lg, tg)))
+            items.append(({"kind": "elementwise", "op": "cross_entropy.bwd",
+                           "elements": t * vocab}, _backward(loss, (logits,))))
+    return items
+
+
+def _optimizer_items(plan: Plan, device) -> list[tuple[dict, Callable[[], object]]]:
+    """Fused Adam over a flat parameter, as the training job runs it."""
+    items = []
+    for n in plan.optimizer_params:
+        p = torch.nn.Parameter(torch.randn(n, device=device))
+        p.grad = torch.randn_like(p)
+        opt = torch.optim.Adam([p], lr=1e-3, fused=True)
+        items.append(({"kind": "optimizer", "op": "adam", "params": n}, opt.step))
+    return items
+
+
+def compute_rank(env: RankEnv, plan: Plan) -> list[dict]:
+    """Every compute item on this rank, in lockstep with the other ranks."""
+    device = env.torch_device()
+    gen = (_gemm_items, _attention_items, _elementwise_items, _optimizer_items)
+    records = []
+    for make in gen:
+        for meta, fn in make(plan, device):
+            dist.barrier()
+            records.append(meta | {"time_s": _median_time(fn, env, plan.trials)})
+    return records
+
+
+def comm_rank(env: RankEnv, plan: Plan) -> list[dict]:
+    """Collectives of this world over message sizes (bytes as nccl-tests counts them: the
+    all-reduce buffer, the gathered all-gather output, the reduce-scatter input), and one-way
+    point-to-point time from a ping-pong between ranks 0 and 1."""
+    device = env.torch_device()
+    w = env.world
+    records = []
+    for nbytes in plan.message_bytes:
+        n = max(w, nbytes // 4 // w * w)
+        full, part = torch.ones(n, device=device), torch.ones(n // w, device=device)
+        ops = {
+            "all_reduce": lambda: dist.all_reduce(full),
+            "all_gather": lambda: dist.all_gather_single(full, part),
+            "reduce_scatter": lambda: dist.reduce_scatter_single(part, full),
+        }
+        if env.rank < 2:
+            peer = 1 - env.rank
+            def ping_pong():
+                if env.rank == 0:
+                    dist.send(full, peer)
+                    dist.recv(full, peer)
+                else:
+                    dist.recv(full, peer)
+                    dist.send(full, peer)
+        else:
+            def ping_pong():
+                return None
+        ops["send_recv"] = ping_pong
+        for op, fn in ops.items():
+            times = []
+            for _ in range(plan.trials * 3):
+                dist.barrier()
+                synchronize(env)
+                start = time.perf_counter()
+                fn()
+                synchronize(env)
+                times.append(time.perf_counter() - start)
+            t = statistics.median(times)
+            records.append({"kind": "collective", "op": op, "world": w, "bytes": 4 * n,
+                            "time_s": t / 2 if op == "send_recv" else t})
+    return records
+
+
+def provenance(device: str, threads: int) -> dict:
+    """What was measured, with what software, when."""
+    out = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "torch": torch.__version__, "os": f"{platform.system()} {platform.release()}",
+           "threads_per_rank": str(threads)}
+    if device == "cuda":
+        out["device"] = torch.cuda.get_device_name(0)
+        out["driver"] = f"CUDA {torch.version.cuda}"
+        nccl = torch.cuda.nccl.version()
+        out["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+    else:
+        out["device"] = _cpu_name()
+        out["driver"] = f"kernel {platform.release()}"
+        out["gloo"] = f"bundled with torch {torch.__version__}"
+    return out
+
+
+def _cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def default_ranks(device: str) -> int:
+    """One rank per core (CPU) or device (GPU)."""
+    if device == "cuda":
+        return torch.cuda.device_count()
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def run_microbench(plan: Plan, *, device: str = "cpu", ranks: int = 0,
+                   threads: int = 1) -> dict:
+    """Every measurement of ``plan``: compute on ``ranks`` ranks at once, then collectives on
+    each world size of the plan. Returns the JSON-ready document ``fit`` reads."""
+    ranks = ranks or default_ranks(device)
+    per_rank = run_ranks(compute_rank, ranks, (plan,), device=device, threads=threads)
+    records = []
+    for i, first in enumerate(per_rank[0]):
+        times = [r[i]["time_s"] for r in per_rank]
+        records.append(first | {"time_s": statistics.median(times)})
+    for world in plan.world_sizes:
+        records += run_ranks(comm_rank, world, (plan,), device=device, threads=threads)[0]
+    return {"version": MICROBENCH_VERSION, "provenance": provenance(device, threads),
+            "setup": {"device": device, "compute_ranks": ranks, "threads_per_rank": threads,
+                      "world_sizes": list(plan.world_sizes), "quick": plan.quick,
+                      "trials": plan.trials},
+            "records": records}

@@ -1,0 +1,72 @@
+"""Communication inside a node from calibrated alpha-beta fits instead of NCCL's tables.
+
+A node whose spec carries ``measured_comm`` (written by ``clustersim calibrate fit``, e.g. gloo
+between CPU processes) times each collective of a group that stays inside one node as
+``steps x latency + traffic / bandwidth`` with the ring's steps and per-rank traffic
+(``hardware_specs/measured_comm.py``). Groups that span nodes, and operations the node has no
+fit for, keep the analytic model.
+"""
+
+from __future__ import annotations
+
+from hardware_specs.measured_comm import AlphaBeta, CommOp
+from simulator.cost.collectives import Algorithm, Plan, Protocol
+from simulator.cost.network import Instances, NetworkModel
+from workloads.trace import CollectiveKind
+
+_OP_OF_KIND = {
+    CollectiveKind.ALL_REDUCE: CommOp.ALL_REDUCE,
+    CollectiveKind.ALL_GATHER: CommOp.ALL_GATHER,
+    CollectiveKind.REDUCE_SCATTER: CommOp.REDUCE_SCATTER,
+    CollectiveKind.ALL_TO_ALL: CommOp.ALL_TO_ALL,
+    CollectiveKind.BROADCAST: CommOp.BROADCAST,
+    CollectiveKind.RING_EXCHANGE: CommOp.SEND_RECV,
+}
+
+
+def ring_steps_and_traffic(op: CommOp, n: int) -> tuple[int, float]:
+    """(steps, per-rank bytes per byte of buffer) of the ring algorithm on ``n`` ranks
+    (nccl-tests doc/PERFORMANCE.md bus factors; send/recv: one step, the whole message)."""
+    if op is CommOp.ALL_REDUCE:
+        return 2 * (n - 1), 2.0 * (n - 1) / n
+    if op in (CommOp.ALL_GATHER, CommOp.REDUCE_SCATTER, CommOp.ALL_TO_ALL):
+        return n - 1, (n - 1) / n
+    if op is CommOp.BROADCAST:
+        return n - 1, 1.0
+    return 1, 1.0
+
+
+def measured_time(fit: AlphaBeta, op: CommOp, n: int, nbytes: float) -> float:
+    return sum(_terms(fit, op, n, nbytes))
+
+
+def _terms(fit: AlphaBeta, op: CommOp, n: int, nbytes: float) -> tuple[float, float]:
+    """(latency, transfer) seconds."""
+    steps, traffic = ring_steps_and_traffic(op, n)
+    return steps * fit.latency_s, traffic * nbytes / fit.bandwidth
+
+
+class MeasuredNetwork(NetworkModel):
+    """``NetworkModel`` with the node's measured fits for groups inside one node."""
+
+    def _inside_one_node(self, devices) -> bool:
+        return len({self.topology.location(d).node for d in devices}) == 1
+
+    def plan(self, kind: CollectiveKind, nbytes: float, instances: Instances) -> Plan:
+        op = _OP_OF_KIND.get(kind)
+        fit = self.cluster.node.measured_comm.get(op) if op is not None else None
+        if fit is None or not self._inside_one_node(instances[0]):
+            return super().plan(kind, nbytes, instances)
+        return _plan(*_terms(fit, op, len(instances[0]), nbytes))
+
+    def p2p_plan(self, nbytes: float, pairs: list[tuple[int, int]]) -> Plan:
+        fit = self.cluster.node.measured_comm.get(CommOp.SEND_RECV)
+        if fit is None or not all(self._inside_one_node(p) for p in pairs):
+            return super().p2p_plan(nbytes, pairs)
+        return _plan(*_terms(fit, CommOp.SEND_RECV, 2, nbytes))
+
+
+def _plan(latency_s: float, transfer_s: float) -> Plan:
+    """A plan on the node's own links only (no network load); interference and degraded
+    links stretch its transfer part."""
+    return Plan(Algorithm.DIRECT, Protocol.SIMPLE, latency_s, transfer_s, ())
