@@ -1,0 +1,71 @@
+"""``clustersim failures CONFIG``: what failures cost a long job, and which checkpoint interval
+and recovery policy to choose."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from analysis.cli_common import add_catalog_option, write_json
+
+SWEEP_SEEDS = 40
+PLOT_SWEEP_SEEDS = 20
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("failures", help="failure injection and recovery study over many days")
+    p.add_argument("config", help="run config YAML (its `failures:` section sets the policies)")
+    p.add_argument("--days", type=float, help="horizon in days (default: failures.days, or 30)")
+    p.add_argument("--seeds", type=int, default=200, help="Monte Carlo runs (default 200)")
+    p.add_argument("--seed", type=int, help="base seed (default: failures.seed, or 0)")
+    p.add_argument("--workers", type=int, help="worker processes (default: all CPUs)")
+    p.add_argument("--sweep-interval", action="store_true",
+                   help="find the best checkpoint interval of every checkpoint policy "
+                        f"(min(seeds, {SWEEP_SEEDS}) seeds per point)")
+    p.add_argument("--json", metavar="OUT", help="write the summary as JSON")
+    p.add_argument("--events-csv", metavar="OUT", help="write every run's events as CSV")
+    p.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
+    add_catalog_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hardware_specs import SpecError
+    from simulator.montecarlo import default_workers
+
+    from analysis.config import load_config
+    from analysis.failures_config import failure_spec
+    from analysis.failures_report import report, write_events_csv
+    from analysis.failures_study import prepare, run_study
+    from analysis.failures_sweep import sweep, sweep_policy
+
+    if args.seeds < 1:
+        raise SpecError("--seeds", f"expected at least 1, got {args.seeds}")
+    if args.days is not None and args.days <= 0:
+        raise SpecError("--days", f"expected a positive number of days, got {args.days:g}")
+    config = load_config(args.config, args.catalog)
+    spec = failure_spec(config, args.days)
+    if args.seed is not None:
+        spec = replace(spec, seed=args.seed)
+    workers = args.workers or default_workers()
+    prepared = prepare(config, spec)
+    result = run_study(prepared, args.seeds, workers)
+    sweep_result = {}
+    if args.sweep_interval:
+        sweep_result = sweep(prepared, min(args.seeds, SWEEP_SEEDS), workers)
+        result = replace(result, sweep=sweep_result)
+    print(report(result))
+    if args.json:
+        write_json(result.to_dict(), args.json)
+        print(f"\nwrote {args.json}")
+    if args.events_csv:
+        rows = write_events_csv(result, args.events_csv)
+        print(f"wrote {args.events_csv} ({rows} events)")
+    if args.plots:
+        from analysis.failures_plots import write_plots
+        if not sweep_result and prepared.young_interval_s != float("inf"):
+            one = sweep_policy(prepared, min(args.seeds, PLOT_SWEEP_SEEDS), workers)
+            sweep_result = {one["policy"]: one}
+        for path in write_plots(result, args.plots, sweep_result):
+            print(f"wrote {path}")
+    return 0

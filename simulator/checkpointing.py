@@ -1,0 +1,197 @@
+"""Checkpoint policies: how long a save pauses training, how long until it is usable, how long
+a restore takes, from the checkpoint's size and the bandwidth of the tier it goes to.
+
+Sizes: a checkpoint holds the weights and the optimizer state, not the gradients. Mixed-precision
+Adam keeps 2 (16-bit weights) + 12 (FP32 master weights, momentum, variance) bytes per parameter
+(Rajbhandari et al., ZeRO, SC'20 sec. 3); BLOOM-176B's checkpoints were 2.3 TB = 176e9 x 14 bytes
+(bigscience tr11-176B-ml README, "Checkpoints"). FP32 training keeps 4 + 8.
+
+Bandwidth: writers share a cluster-wide tier (a parallel file system) up to its bandwidth, and
+each writer node is also bounded by its own path to storage; a node-scoped tier (local NVMe)
+scales with the writers.
+
+Intervals: Young (1974), "A first order approximation to the optimum checkpoint interval",
+CACM 17(9): t = sqrt(2 d M) for checkpoint cost d and mean time between failures M, with waste
+d/t + t/(2M) (+ R/M for a restart cost R). Daly (2006), "A higher order estimate of the optimum
+checkpoint interval for restart dumps", FGCS 22(3), eq. (37): t = sqrt(2 d M) [1 + sqrt(d/(2M))/3
++ d/(18 M)] - d for d < 2M, else M.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from hardware_specs import ClusterSpec, MemoryTierSpec, TierScope
+from workloads import Job
+
+
+class CheckpointPolicy(enum.Enum):
+    SYNC = "sync"
+    """Training stops while the ranks of one data-parallel replica write the whole state
+    (``torch.save`` from data-parallel rank 0 of every model-parallel shard)."""
+    SHARDED = "sharded"
+    """Training stops while every node writes its 1/N share (PyTorch DCP, Megatron's
+    distributed checkpoint): all nodes' bandwidth to storage."""
+    ASYNC = "async"
+    """Training stops only to copy each GPU's state to host memory; all nodes persist it to
+    storage in the background (Megatron async save, DCP async_save)."""
+    IN_MEMORY = "in_memory"
+    """GEMINI (Wang et al., SOSP'23): snapshot to host memory, replicate it to peer nodes' host
+    memory in the background; every n-th checkpoint is also persisted to storage."""
+
+
+class IntervalRule(enum.Enum):
+    FIXED = "fixed"
+    YOUNG = "young"
+    DALY = "daly"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointLevel:
+    """Where a checkpoint lives once saved, and what using it costs."""
+
+    every: int
+    """Every how many checkpoints reach this level."""
+    background_s: float
+    """Time after the pause until this copy is complete and usable."""
+    load_s: float
+    """Restore time from this level."""
+    durable: bool
+    """Survives the loss of the nodes that wrote it (storage); in-memory copies do not always."""
+
+    def to_dict(self) -> dict:
+        return {"every": self.every, "background_s": self.background_s, "load_s": self.load_s,
+                "durable": self.durable}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointCost:
+    policy: CheckpointPolicy
+    state_bytes: float
+    """Weights + optimizer state of the whole job (what storage holds)."""
+    blocking_s: float
+    """Training paused per checkpoint."""
+    levels: tuple[CheckpointLevel, ...]
+    """Fastest first; the last is durable."""
+
+    @property
+    def durable(self) -> CheckpointLevel:
+        return self.levels[-1]
+
+    @property
+    def planned_save_s(self) -> float:
+        """A save that must be durable before a planned stop: the pause plus the durable copy."""
+        return self.blocking_s + self.durable.background_s
+
+    def to_dict(self) -> dict:
+        return {"policy": self.policy.value, "state_bytes": self.state_bytes,
+                "blocking_s": self.blocking_s, "levels": [lv.to_dict() for lv in self.levels]}
+
+
+def checkpoint_bytes(job: Job) -> float:
+    """Weights + optimizer state of the whole model (see the module docstring)."""
+    per_param = 2.0 + 12.0 if job.training.precision.mixed else 4.0 + 8.0
+    return job.model.parameters * per_param
+
+
+def device_state_bytes(job: Job) -> float:
+    """Weights + optimizer state one GPU holds (largest pipeline stage): what it snapshots."""
+    return max(s.memory.weights + s.memory.optimizer + s.offloaded_bytes for s in job.memory())
+
+
+def tier_bandwidth(tier: MemoryTierSpec, nodes: int, node_bandwidth: float, write: bool,
+                   devices_per_node: int) -> float:
+    """Bytes/s that ``nodes`` nodes reach together on ``tier``."""
+    bw = tier.write_bandwidth if write else tier.read_bandwidth
+    if tier.scope is TierScope.CLUSTER:
+        return min(bw, nodes * node_bandwidth)
+    per_node = bw * (devices_per_node if tier.scope is TierScope.DEVICE else 1)
+    return nodes * min(per_node, node_bandwidth)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointSetup:
+    """What the user chose; :func:`checkpoint_cost` turns it into times."""
+
+    policy: CheckpointPolicy = CheckpointPolicy.SYNC
+    storage: MemoryTierSpec
+    node_storage_bandwidth: float = 0.0
+    """Each node's path to storage, bytes/s; 0 = the node's network bandwidth."""
+    save_time_s: float = 0.0
+    """Measured pause per checkpoint; 0 = from sizes and bandwidths."""
+    load_time_s: float = 0.0
+    """Measured restore time from storage; 0 = from sizes and bandwidths."""
+    peer_replicas: int = 1
+    """In-memory: copies of each node's state on other nodes."""
+    persist_every: int = 10
+    """In-memory: every n-th checkpoint also goes to storage."""
+
+
+def checkpoint_cost(setup: CheckpointSetup, job: Job, cluster: ClusterSpec) -> CheckpointCost:
+    """Pause, background and restore times of ``setup`` for ``job`` on ``cluster``."""
+    state = checkpoint_bytes(job)
+    nodes = cluster.num_nodes
+    gpn = cluster.devices_per_node
+    node_bw = setup.node_storage_bandwidth or cluster.node.network_bandwidth
+    s = job.strategy
+    replica_nodes = max(1, math.ceil(s.tp * s.pp * s.cp / gpn))
+    all_write = state / tier_bandwidth(setup.storage, nodes, node_bw, True, gpn)
+    load = setup.load_time_s or state / tier_bandwidth(setup.storage, nodes, node_bw, False, gpn)
+    device_state = device_state_bytes(job)
+    host_bw = min(cluster.node.pcie_bandwidth, cluster.host_memory.write_bandwidth / gpn)
+    snapshot = device_state / host_bw
+    policy = setup.policy
+    if policy is CheckpointPolicy.SYNC:
+        pause = setup.save_time_s or state / tier_bandwidth(setup.storage, replica_nodes,
+                                                             node_bw, True, gpn)
+        levels = (CheckpointLevel(every=1, background_s=0.0, load_s=load, durable=True),)
+    elif policy is CheckpointPolicy.SHARDED:
+        pause = setup.save_time_s or all_write
+        levels = (CheckpointLevel(every=1, background_s=0.0, load_s=load, durable=True),)
+    elif policy is CheckpointPolicy.ASYNC:
+        pause = snapshot
+        background = setup.save_time_s or all_write
+        levels = (CheckpointLevel(every=1, background_s=background, load_s=load, durable=True),)
+    else:
+        pause = snapshot
+        node_state = device_state * gpn
+        net = cluster.node.network_bandwidth
+        replicate = setup.peer_replicas * node_state / net
+        peer_load = max(node_state / net, device_state / cluster.node.pcie_bandwidth)
+        levels = (CheckpointLevel(every=1, background_s=replicate, load_s=peer_load,
+                                  durable=False),
+                  CheckpointLevel(every=setup.persist_every,
+                                  background_s=setup.save_time_s or all_write, load_s=load,
+                                  durable=True))
+    return CheckpointCost(policy=policy, state_bytes=state, blocking_s=pause, levels=levels)
+
+
+def young_interval(cost_s: float, mtbf_s: float) -> float:
+    """Young (1974): the first-order optimum sqrt(2 d M)."""
+    return math.sqrt(2.0 * cost_s * mtbf_s)
+
+
+def daly_interval(cost_s: float, mtbf_s: float) -> float:
+    """Daly (2006) eq. (37): the higher-order optimum."""
+    if cost_s >= 2.0 * mtbf_s:
+        return mtbf_s
+    x = cost_s / (2.0 * mtbf_s)
+    return math.sqrt(2.0 * cost_s * mtbf_s) * (1.0 + math.sqrt(x) / 3.0 + x / 9.0) - cost_s
+
+
+def young_waste(interval_s: float, cost_s: float, mtbf_s: float, restart_s: float = 0.0) -> float:
+    """Young's first-order fraction of time wasted: d/t + t/(2M) + R/M."""
+    return cost_s / interval_s + interval_s / (2.0 * mtbf_s) + restart_s / mtbf_s
+
+
+def optimal_interval(rule: IntervalRule, cost: CheckpointCost, mtbf_s: float,
+                     fixed_s: float = 0.0) -> float:
+    """The interval ``rule`` gives. The cost that trades against lost work is the pause; an
+    interval shorter than the background persist would stall on it, so it is raised to it."""
+    if rule is IntervalRule.FIXED:
+        return fixed_s
+    d = max(cost.blocking_s, 1e-9)
+    t = young_interval(d, mtbf_s) if rule is IntervalRule.YOUNG else daly_interval(d, mtbf_s)
+    return max(t, cost.levels[0].background_s)
