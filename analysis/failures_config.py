@@ -115,7 +115,8 @@ def _checkpoint(f: Fields, config: RunConfig
 
 _TIMES = {"detection": "detection_s", "drain": "drain_s", "reschedule": "reschedule_s",
           "hot_swap": "hot_swap_s", "process_restart": "process_restart_s",
-          "warmup": "warmup_s", "repair_time": "repair_time_s"}
+          "warmup": "warmup_s", "repair_time": "repair_time_s",
+          "evict_slow_after": "evict_slow_after_s"}
 
 
 def _recovery(f: Fields, config: RunConfig) -> RecoveryPolicy:

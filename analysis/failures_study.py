@@ -209,6 +209,13 @@ class Stat:
                    float(np.percentile(a, 95)))
 
 
+MEAN_KEYS = {"lost_work_hours": "lost_work_hours_mean",
+             "checkpoint_overhead_fraction": "checkpoint_overhead_fraction",
+             "downtime_hours": "downtime_hours_mean", "slowdown_hours": "slowdown_hours_mean",
+             "time_to_train_days": "time_to_train_days_mean"}
+"""Stat -> its JSON key (the issue's stable names; each also has ``<stat>_ci95``)."""
+
+
 @dataclass(frozen=True)
 class StudyResult:
     prepared: Prepared
@@ -237,15 +244,19 @@ class StudyResult:
             "ettr_mean": s["ettr"].mean, "ettr_ci95": list(s["ettr"].ci95),
             "ettr_p5": s["ettr"].p5, "ettr_p95": s["ettr"].p95,
         }
-        for key in ("lost_work_hours", "checkpoint_overhead_fraction", "downtime_hours",
-                    "slowdown_hours", "time_to_train_days"):
-            out[f"{key}_mean"] = s[key].mean
-            out[f"{key}_ci95"] = list(s[key].ci95)
+        for key, name in MEAN_KEYS.items():
+            out[name] = _finite(s[key].mean)
+            out[f"{key}_ci95"] = [_finite(v) for v in s[key].ci95]
         out["lost_time_by_cause_hours"] = self.lost_hours_by_cause
         out["fault_impacts"] = [i.to_dict() for i in p.impacts]
         if self.sweep:
             out["sweep"] = self.sweep
         return out
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no infinity: a budget never reached is null."""
+    return value if math.isfinite(value) else None
 
 
 def summarise(prepared: Prepared, runs: list[RunResult]) -> StudyResult:

@@ -1,6 +1,6 @@
 """One long-horizon run of a training job under failures: SimPy processes, the step as the unit.
 
-Processes: failure clocks per (node, cause) with their hazard; straggler and degraded-link
+Processes: failures of the job's nodes (``longrun_fleet``); straggler and degraded-link
 sources; a horizon marker; and the job, which trains at a rate (healthy steps per second) set by
 the engine's step times, checkpoints periodically (in closed form, see ``longrun_cycle``), and
 on each failure rolls back, waits and restarts as its recovery policy says. Every other process
@@ -17,7 +17,6 @@ stragglers and links, so two policies run with the same seed meet the same failu
 from __future__ import annotations
 
 import enum
-import heapq
 import itertools
 import math
 from dataclasses import replace
@@ -26,9 +25,9 @@ from functools import partial
 import numpy as np
 import simpy
 
-from hardware_specs.failures import Hazard
-from simulator.lifetimes import draw, lifetimes
+from simulator.lifetimes import draw
 from simulator.longrun_cycle import Cycle, Level
+from simulator.longrun_fleet import Fleet
 from simulator.longrun_plan import (
     CauseClock, DegradationPlan, Event, RunPlan, RunResult, Segment,
 )
@@ -61,7 +60,6 @@ class JobRun:
         self.plan, self.index, self.record = plan, index, record
         self.rng_fail, self.rng_repair, self.rng_strag, self.rng_link = rng.spawn(4)
         self.env = env = simpy.Environment()
-        rec = plan.recovery
         self.step_s = plan.step_time_s
         levels = plan.checkpoint.levels
         pause = plan.checkpoint.blocking_s + max(0.0, levels[0].background_s - plan.interval_s)
@@ -84,9 +82,7 @@ class JobRun:
         self.down_replicas: dict[int, float] = {}
         self.slow: dict[int, float] = {}
         self.ids = itertools.count()
-        self.pool = [0.0] * rec.spare_nodes
-        self.slot_back = np.zeros(plan.nodes)
-        self.installed = np.zeros(plan.nodes)
+        self.fleet = Fleet(plan, self.rng_fail, self.rng_repair)
         self.acc = _Account()
         self.window: dict | None = None
         self.events: list[Event] = []
@@ -247,7 +243,7 @@ class JobRun:
         for level in self.levels:
             work, usable = level.restore(now)
             points.append((work, usable))
-            if not level.spec.durable and not self._copies_survive(replaced, usable):
+            if not level.spec.durable and not self.fleet.copies_survive(replaced, usable):
                 continue
             if work > best[0]:
                 best = (work, level.spec.load_s)
@@ -258,62 +254,21 @@ class JobRun:
         self.resume_points = [(min(w, self.work), usable) for w, usable in points]
         return lost, best[1]
 
-    def _copies_survive(self, replaced: tuple[int, ...], since: float) -> bool:
-        """In-memory copies of each replaced node live on peers that were there when saved."""
-        plan = self.plan
-        lost = set(replaced)
-        for n in replaced:
-            peers = ((n + j * plan.peer_offset) % plan.nodes for j in range(1, plan.peer_replicas + 1))
-            if not any(p not in lost and self.installed[p] <= since for p in peers):
-                return False
-        return True
-
     # --- events -------------------------------------------------------------------------------
     def _failures(self):
-        plan, rng = self.plan, self.rng_fail
-        clocks = plan.clocks
-        if not clocks:
-            return
-        n_nodes, n_causes = plan.nodes, len(clocks)
-        times = np.empty((n_nodes, n_causes))
-        for c, clock in enumerate(clocks):
-            times[:, c] = lifetimes(rng, clock.rate_per_node_s, clock.hazard, n_nodes)
-        memoryless = all(k.hazard.hazard is Hazard.EXPONENTIAL for k in clocks)
-        means = np.array([1.0 / k.rate_per_node_s if k.rate_per_node_s > 0 else np.inf
-                          for k in clocks])
-        rec = plan.recovery
-        while True:
-            flat = int(times.argmin())
-            node, c = divmod(flat, n_causes)
-            t = times[node, c]
-            if not math.isfinite(t):
-                return
+        fleet, rec = self.fleet, self.plan.recovery
+        while (upcoming := fleet.next_failure()) is not None:
+            t, node, c = upcoming
             yield self.env.timeout(t - self.env.now)
             if self.finished:
                 return
-            clock = clocks[c]
-            nodes = (node,)
-            if clock.domain_nodes > 1 and rng.random() < clock.correlated_probability:
-                first = node - node % clock.domain_nodes
-                nodes = tuple(range(first, min(first + clock.domain_nodes, n_nodes)))
-            nodes = tuple(n for n in nodes if self.slot_back[n] <= t)
-            ready: dict[int, float] = {}
-            if clock.cause.replaces_node and nodes:
-                start = t + rec.detection_s + rec.drain_s
-                for n in nodes:
-                    heapq.heappush(self.pool, t + self.rng_repair.exponential(rec.repair_time_s))
-                    ready[n] = max(start, heapq.heappop(self.pool)) + rec.provision_s()
-                    self.slot_back[n] = self.installed[n] = ready[n]
-                    # A fresh node: every cause's clock starts again when it is installed.
-                    if memoryless:
-                        times[n, :] = ready[n] + rng.standard_exponential(n_causes) * means
-                    else:
-                        times[n, :] = ready[n] + np.array([
-                            lifetimes(rng, k.rate_per_node_s, k.hazard, 1)[0] for k in clocks])
-            else:
-                times[node, c] = t + lifetimes(rng, clock.rate_per_node_s, clock.hazard, 1)[0]
-            if nodes:
-                self._notify(partial(self._on_failure, clock, nodes, ready))
+            clock = self.plan.clocks[c]
+            nodes = fleet.strike(t, node, c)
+            if not nodes:
+                continue
+            ready = (fleet.replace(nodes, t, t + rec.detection_s + rec.drain_s)
+                     if clock.cause.replaces_node else {})
+            self._notify(partial(self._on_failure, clock, nodes, ready))
 
     def _degradations(self, dplan: DegradationPlan, rng: np.random.Generator, kind: str):
         rate = dplan.rate_per_node_s * self.plan.nodes
@@ -329,11 +284,27 @@ class JobRun:
             self._log(kind, f"x{factor:.2f} for {duration / 3600:.2f} h",
                       f"{'gpu' if kind == 'straggler' else 'link'} of node {node}", 0.0, 0.0)
             self._notify(partial(self._set_slow, key, multiplier))
-            self.env.process(self._end_slow(key, duration))
+            evict = self.plan.recovery.evict_slow_after_s
+            if 0 < evict < duration:
+                self.env.process(self._end_slow(key, evict, partial(self._evict, key, node)))
+            else:
+                self.env.process(self._end_slow(key, duration, partial(self._set_slow, key, None)))
 
-    def _end_slow(self, key: int, duration: float):
-        yield self.env.timeout(duration)
-        self._notify(partial(self._set_slow, key, None))
+    def _end_slow(self, key: int, after: float, handler):
+        yield self.env.timeout(after)
+        self._notify(handler)
+
+    def _evict(self, key: int, node: int) -> None:
+        """A slowdown outlived the policy's patience: save, swap the node out, restart."""
+        self.slow.pop(key, None)
+        if self.state is not State.TRAIN:
+            return
+        rec, now = self.plan.recovery, self.env.now
+        save = self.plan.checkpoint.planned_save_s
+        ready = self.fleet.replace((node,), now, now + save + rec.drain_s)[node]
+        down = ready - (now + save) + rec.restart_s(self.levels[-1].spec.load_s)
+        self._log("evict", "slow node", f"node {node}",
+                  self._stop([(State.SAVE, save), (State.DOWN, down)]), 0.0)
 
     def _set_slow(self, key: int, multiplier: float | None) -> None:
         if multiplier is None:
@@ -418,7 +389,7 @@ class JobRun:
         if ft:
             self._log("failure", clock.cause.value, component, 0.0, 0.0)
             return True
-        lost, load = self._rollback(())
+        lost, load = self._rollback(tuple(ready))
         downtime = self._stop([(State.DOWN, rec.detection_s + rec.drain_s + rec.restart_s(load))])
         self._log("failure", clock.cause.value, component, downtime, lost)
         return True

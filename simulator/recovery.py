@@ -49,6 +49,9 @@ class RecoveryPolicy:
     """Mean time to repair a failed node (exponentially distributed)."""
     min_replicas: int = 1
     """Elastic and replica_ft: below this many data-parallel replicas, wait for replacements."""
+    evict_slow_after_s: float = 0.0
+    """Treat a straggler or degraded link that lasts this long as a failure: save, swap the node
+    for a spare, restart (FALCON, arXiv 2410.12588: the usual practice today). 0: never."""
 
     def provision_s(self) -> float:
         return self.hot_swap_s if self.kind is RecoveryKind.HOT_SPARE else self.reschedule_s

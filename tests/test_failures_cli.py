@@ -52,7 +52,7 @@ def test_failures_command_writes_table_json_events_and_plots(tmp_path):
         assert text in run.stdout
     data = json.loads(out.read_text())
     for key in ("interruptions_mean", "interruptions_by_cause", "ettr_mean", "ettr_ci95",
-                "lost_work_hours_mean", "checkpoint_overhead_fraction_mean",
+                "lost_work_hours_mean", "checkpoint_overhead_fraction",
                 "downtime_hours_mean", "time_to_train_days_mean"):
         assert key in data, key
     assert 0 < data["ettr_mean"] < 1 and data["ettr_ci95"][0] <= data["ettr_mean"]

@@ -197,3 +197,42 @@ def test_stragglers_slow_the_job_for_their_duration():
     # 10% of the time one straggler (rarely two) costs a third of the speed: ~3.3% slowdown.
     fraction = np.mean([r.slowdown_s / r.wall_s for r in runs])
     assert fraction == pytest.approx(0.1 * (1 - 1 / 1.5), rel=0.1)
+
+
+def test_evicting_long_stragglers_trades_slowdown_for_downtime():
+    """FALCON (arXiv 2410.12588) reports fail-slows lasting up to ~10 h; evicting after 10 min
+    turns most of their slowdown into one save-and-restart each."""
+    from hardware_specs.failures import Distribution, DistributionKind
+    from simulator.longrun_plan import DegradationPlan
+    slow = DegradationPlan(rate_per_node_s=1.0 / (20 * HOUR),
+                           slowdown=Distribution(kind=DistributionKind.FIXED, value=3.0),
+                           duration=Distribution(kind=DistributionKind.FIXED, value=5 * HOUR),
+                           step=StepTable(xs=(1.0, 3.0), step_s=(1.0, 3.0)))
+    rec = replace(INSTANT, spare_nodes=2, process_restart_s=300.0)
+    p = plan(mtbf_s=1e12, interval_s=1800.0, cost=sync_cost(10.0), days=30, stragglers=slow,
+             recovery=rec, budget_steps=math.inf, nodes=4)
+    keep = run_seeds(p, 5)
+    evict = run_seeds(replace(p, recovery=replace(rec, evict_slow_after_s=600.0)), 5)
+    assert np.mean([r.slowdown_s for r in evict]) < 0.1 * np.mean([r.slowdown_s for r in keep])
+    assert all(r.down_s > 0 for r in evict) and all(r.down_s == 0 for r in keep)
+    assert mean_waste(evict) < mean_waste(keep)
+
+
+def test_weibull_infant_mortality_front_loads_failures_of_new_nodes():
+    """Shape 0.5 (decreasing hazard) with the same mean life: a fleet of new nodes fails far
+    more often early on. Each of 256 nodes fails by day 10 with probability
+    1 - exp(-(10 / eta)^0.5), eta = 1000 d / Gamma(3) = 500 d: 13.2%, against 1% for the
+    exponential of the same mean."""
+    import math as m
+    from hardware_specs.failures import Hazard
+    base = plan(mtbf_s=1000 * DAY / 256, interval_s=3600.0, cost=sync_cost(1.0), days=10,
+                cause=FailureCause.GPU, nodes=256, budget_steps=math.inf,
+                recovery=replace(INSTANT, spare_nodes=1000))
+    weibull = replace(base, clocks=(replace(base.clocks[0], hazard=HazardSpec(
+        hazard=Hazard.WEIBULL, weibull_shape=0.5)),))
+    first = 256 * (1 - m.exp(-m.sqrt(10 / 500)))
+    exp_count = np.mean([r.interruptions for r in run_seeds(base, 20)])
+    weibull_count = np.mean([r.interruptions for r in run_seeds(weibull, 20)])
+    assert exp_count == pytest.approx(256 * 10 / 1000, rel=0.15)
+    # First failures, plus the replacements' own (new parts again) failures.
+    assert first < weibull_count < 1.5 * first
