@@ -107,7 +107,8 @@ def _checkpoint(f: Fields, config: RunConfig
         persist_every=f.integer("persist_every", 10, minimum=1),
     )
     f.done()
-    if setup.peer_replicas >= config.cluster.num_nodes and setup.policy is CheckpointPolicy.IN_MEMORY:
+    in_memory = setup.policy is CheckpointPolicy.IN_MEMORY
+    if in_memory and setup.peer_replicas >= config.cluster.num_nodes:
         raise SpecError(f.at("peer_replicas"), f"{setup.peer_replicas} needs more than that many "
                         f"nodes; the job has {config.cluster.num_nodes}")
     return setup, interval

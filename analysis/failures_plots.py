@@ -82,7 +82,8 @@ def write_plots(result: StudyResult, directory: str | Path, sweep: dict) -> list
     out.mkdir(parents=True, exist_ok=True)
     figures = {"ettr_vs_interval.png": ettr_vs_interval(sweep) if sweep else None,
                "timeline.png": timeline(result) if result.runs[0].timeline else None,
-               "lost_time_by_cause.png": lost_by_cause(result) if result.lost_hours_by_cause else None}
+               "lost_time_by_cause.png": (lost_by_cause(result) if result.lost_hours_by_cause
+                                          else None)}
     written = []
     for name, fig in figures.items():
         if fig is None:

@@ -15,7 +15,9 @@ import numpy as np
 
 from hardware_specs.failures import DegradationSpec, FailureModel
 from simulator import Faults, SimulationOptions, simulate
-from simulator.checkpointing import CheckpointCost, checkpoint_cost, optimal_interval, young_interval
+from simulator.checkpointing import (
+    CheckpointCost, checkpoint_cost, optimal_interval, young_interval,
+)
 from simulator.fault_impact import FaultImpact, fault_impact
 from simulator.longrun_plan import (
     CauseClock, DegradationPlan, RunPlan, RunResult, StepTable,
@@ -74,8 +76,8 @@ def _replica_table(config: RunConfig, min_replicas: int, options: SimulationOpti
     steps = {dp: healthy_s}
     for n in points:
         smaller = _job_with_dp(job, n).checked(job.strategy.world_size // dp * n)
-        steps[n] = simulate(build_trace(smaller), replace(cluster, num_devices=smaller.strategy.world_size),
-                            options).step_time_s
+        smaller_cluster = replace(cluster, num_devices=smaller.strategy.world_size)
+        steps[n] = simulate(build_trace(smaller), smaller_cluster, options).step_time_s
     xs = tuple(sorted(steps))
     return StepTable(xs=tuple(float(x) for x in xs), step_s=tuple(steps[x] for x in xs))
 

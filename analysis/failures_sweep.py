@@ -13,10 +13,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from simulator.checkpointing import CheckpointPolicy, checkpoint_cost, optimal_interval, IntervalRule
+from simulator.checkpointing import (
+    CheckpointPolicy, IntervalRule, checkpoint_cost, optimal_interval,
+)
 from simulator.montecarlo import run_seeds
 
-from analysis.failures_study import Prepared
+from analysis.failures_study import Z95, Prepared
 
 POINTS = 9
 SPAN = 4.0
@@ -58,7 +60,7 @@ def sweep_policy(prepared: Prepared, seeds: int, workers: int = 1, points: int =
         runs = run_seeds(prepared.with_interval(interval).plan, seeds, prepared.spec.seed, workers)
         values = np.array([r.ettr for r in runs])
         ettr.append(float(values.mean()))
-        ci.append(float(1.959964 * values.std(ddof=1) / math.sqrt(len(values))) if seeds > 1 else 0.0)
+        ci.append(Z95 * float(values.std(ddof=1)) / math.sqrt(seeds) if seeds > 1 else 0.0)
     best = int(np.argmax(ettr))
     fitted = fitted_optimum(grid, [1.0 - e for e in ettr])
     return {"policy": prepared.cost.policy.value, "intervals_s": grid, "ettr_mean": ettr,

@@ -293,8 +293,8 @@ def failure_model_from_mapping(f: Fields, base: FailureModel | None = None) -> F
     hazards.update(_per_cause(f.sub("hazards"),
                               lambda sub, key: _read_hazard(sub.sub(key, required=True))))
     correlated = dict(base.correlated) if base else {}
-    correlated.update(_per_cause(
-        f.sub("correlated"), lambda sub, key: _read_correlated(sub.sub(key, required=True), domains)))
+    correlated.update(_per_cause(f.sub("correlated"), lambda sub, key: _read_correlated(
+        sub.sub(key, required=True), domains)))
     spec = FailureModel(
         name=base.name if base else f.path.rsplit(".", 1)[-1],
         rates_per_1000_node_days=rates,

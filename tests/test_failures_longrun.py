@@ -34,7 +34,8 @@ def plan(*, mtbf_s: float, interval_s: float, cost: CheckpointCost, days: float 
     base = RunPlan(
         step_time_s=1.0, horizon_s=days * DAY, budget_steps=days * DAY, nodes=nodes, dp=dp,
         replicas_of_node=tuple((n * dp // nodes,) for n in range(nodes)),
-        clocks=(CauseClock(cause=cause, rate_per_node_s=1.0 / (mtbf_s * nodes), hazard=HazardSpec()),),
+        clocks=(CauseClock(cause=cause, rate_per_node_s=1.0 / (mtbf_s * nodes),
+                           hazard=HazardSpec()),),
         checkpoint=cost, interval_s=interval_s, recovery=recovery)
     return replace(base, **over)
 

@@ -44,7 +44,8 @@ stragglers: {rate_per_1000_node_days: 2, slowdown: {distribution: uniform, low: 
 """), "failures.model")
     model = failure_model_from_mapping(f, base)
     assert model.rates_per_1000_node_days[FailureCause.GPU] == 3.0
-    assert model.rates_per_1000_node_days[FailureCause.HBM] == base.rates_per_1000_node_days[FailureCause.HBM]
+    hbm = FailureCause.HBM
+    assert model.rates_per_1000_node_days[hbm] == base.rates_per_1000_node_days[hbm]
     assert model.hazard_of(FailureCause.HBM) == HazardSpec(hazard=Hazard.WEIBULL, weibull_shape=0.7)
     assert model.hazard_of(FailureCause.GPU).hazard is Hazard.EXPONENTIAL
     assert model.correlated[FailureCause.SWITCH_CABLE].probability == 0.5
@@ -54,9 +55,11 @@ stragglers: {rate_per_1000_node_days: 2, slowdown: {distribution: uniform, low: 
 @pytest.mark.parametrize("text, field", [
     ("rates_per_1000_node_days: {gpus: 1}", "failures.model.rates_per_1000_node_days.gpus"),
     ("correlated: {gpu: {domain: pod, probability: 1}}", "failures.model.correlated.gpu.domain"),
-    ("correlated: {gpu: {domain: rack, probability: 2}}", "failures.model.correlated.gpu.probability"),
-    ("stragglers: {rate_per_1000_node_days: 1, slowdown: {distribution: uniform, low: 0.5, high: 2},"
-     " duration: {distribution: fixed, value: 1 h}}", "failures.model.stragglers.slowdown.low"),
+    ("correlated: {gpu: {domain: rack, probability: 2}}",
+     "failures.model.correlated.gpu.probability"),
+    ("stragglers: {rate_per_1000_node_days: 1, duration: {distribution: fixed, value: 1 h},"
+     " slowdown: {distribution: uniform, low: 0.5, high: 2}}",
+     "failures.model.stragglers.slowdown.low"),
 ])
 def test_bad_model_overrides_name_the_field(catalog, text, field):
     base = catalog.failure_models["bloom-176b-a100"]
@@ -86,7 +89,8 @@ def test_interval_in_steps_and_recovery_checks():
         failure_spec(config, section={"recovery": {"detection": "fast"}})
 
 
-@pytest.mark.parametrize("hazard", [HazardSpec(), HazardSpec(hazard=Hazard.WEIBULL, weibull_shape=0.6),
+@pytest.mark.parametrize("hazard", [HazardSpec(),
+                                    HazardSpec(hazard=Hazard.WEIBULL, weibull_shape=0.6),
                                     HazardSpec(hazard=Hazard.WEIBULL, weibull_shape=2.0)])
 def test_lifetimes_keep_the_rate_whatever_the_hazard(hazard):
     """A Weibull shape moves failures in a part's life, not their long-run rate."""
