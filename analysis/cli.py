@@ -8,9 +8,13 @@ import sys
 
 from hardware_specs import SpecError
 
-from analysis import calibrate_cmd, failures_cmd, hardware_cmd, simulate_cmd, validate
+from analysis import (
+    calibrate_cmd, compare_cmd, failures_cmd, hardware_cmd, report, simulate_cmd, sweep_cmd,
+    validate,
+)
 
-COMMANDS = (simulate_cmd, failures_cmd, hardware_cmd, validate, calibrate_cmd)
+COMMANDS = (simulate_cmd, sweep_cmd, compare_cmd, failures_cmd, report, hardware_cmd, validate,
+            calibrate_cmd)
 """Command modules, in the order ``--help`` lists them."""
 
 

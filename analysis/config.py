@@ -21,7 +21,7 @@ from workloads.model import resolve
 from workloads.strategy import strategy_from_mapping
 from workloads.training import training_from_mapping
 
-OPTIONAL_SECTIONS = ("failures", "costs", "simulation", "name", "description")
+OPTIONAL_SECTIONS = ("failures", "costs", "simulation", "sweep", "name", "description")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,194 @@
+"""``clustersim compare A.yaml B.yaml ... [--vary cluster.gpu=h100-sxm,h200-sxm]``: what
+should we buy? Each config (and each combination of ``--vary`` values) is simulated with its own
+strategy, or with ``--sweep`` with the best strategy a full sweep finds for it, and the clusters
+are set side by side: throughput, MFU, memory, failure waste, goodput, energy and cost per token.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from hardware_specs import SpecError
+
+from analysis.cli_common import add_catalog_option
+from analysis.config import read_yaml
+from analysis.costs import costs_from_mapping, cost_per_million_tokens, energy_per_token_j
+from analysis.exposure import exposure
+from analysis.ranking import ranking
+from analysis.run_store import atomic_write, to_csv
+from analysis.step import run_step
+from analysis.sweep_runner import LoadedConfig, from_mapping, job_of_row, run_sweep, strategy_columns
+from analysis.sweep_cmd import add_parallel_options
+
+COMPARE = "compare.csv"
+
+
+def parse_vary(items: Sequence[str]) -> list[tuple[str, list]]:
+    """``cluster.gpu=h100-sxm,h200-sxm`` -> ``("cluster.gpu", ["h100-sxm", "h200-sxm"])``."""
+    out = []
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or not key or not values:
+            raise SpecError("--vary", f"expected KEY=V1,V2,... (e.g. cluster.gpu=h100-sxm,"
+                            f"h200-sxm), got {item!r}")
+        out.append((key, [yaml.safe_load(v) for v in values.split(",")]))
+    return out
+
+
+def with_value(raw: Mapping, dotted: str, value) -> dict:
+    """A deep copy of ``raw`` with ``dotted`` (``cluster.gpu``) set to ``value``."""
+    data = copy.deepcopy(dict(raw))
+    node = data
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise SpecError("--vary", f"{dotted}: {part} is not a mapping in the config")
+        node = child
+    node[parts[-1]] = value
+    return data
+
+
+def variants(paths: Sequence[str], vary: Sequence[tuple[str, list]]) -> list[tuple[str, dict, Path]]:
+    """(name, YAML mapping, folder) of every config x every combination of ``vary``."""
+    out = []
+    for path in map(Path, paths):
+        raw = dict(read_yaml(path))
+        base = str(raw.get("name") or path.stem)
+        for combo in itertools.product(*[[(k, v) for v in values] for k, values in vary]):
+            data = raw
+            for key, value in combo:
+                data = with_value(data, key, value)
+            label = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in combo)
+            name = f"{base} [{label}]" if label else base
+            out.append((name, {**data, "name": name}, path.parent))
+    return out
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")
+
+
+def row_for(loaded: LoadedConfig, step: Mapping, strategy: Mapping) -> dict:
+    """One cluster's line of the comparison."""
+    config = loaded.config
+    cluster, job = config.cluster, config.job
+    costs = costs_from_mapping(config.sections.get("costs"))
+    tokens = float(step["tokens_per_s"])
+    e = exposure(job, cluster, float(step["step_time_s"]))
+    return {
+        "name": config.name, "gpu": cluster.device.name, "num_gpus": cluster.num_devices,
+        "node": cluster.node.name, "gpus_per_node": cluster.devices_per_node,
+        "nics_per_node": cluster.node.nic_count, "fabric": cluster.fabric.name,
+        "oversubscription": cluster.fabric.tiers[0].oversubscription,
+        **strategy, "step_time_s": float(step["step_time_s"]), "tokens_per_s": tokens,
+        "mfu": float(step["mfu"]), "peak_memory_gib": float(step["peak_memory_gib"]),
+        "failure_waste": e.waste, "goodput_tokens_per_s": tokens * (1.0 - e.waste),
+        "energy_per_token_j": energy_per_token_j(costs, cluster, tokens),
+        "cost_per_million_tokens": cost_per_million_tokens(costs, cluster, tokens),
+        "currency": costs.currency if costs.priced else "", "problem": "",
+    }
+
+
+def compare_one(name: str, raw: dict, base_dir: Path, catalog: Sequence[str], sweep_dir: Path | None,
+                workers: int, dask_address: str | None, progress: bool | None) -> dict:
+    """Simulate (or sweep) one variant; a config that does not work gives a row saying why."""
+    try:
+        if sweep_dir is None:
+            loaded = from_mapping(raw, base_dir, catalog)
+            report = run_step(loaded.config)
+            step = {**report.result.to_dict(),
+                    "peak_memory_gib": max(s.memory.total for s in report.memory) / 2.0**30}
+            return row_for(loaded, step, strategy_columns(loaded.config.job))
+        loaded = from_mapping(raw, base_dir, catalog)
+        run_sweep(loaded, sweep_dir, workers=workers, dask_address=dask_address,
+                  progress=progress)
+        frame = ranking(sweep_dir, loaded.config)
+        if frame.empty:
+            return {"name": name, "problem": "no strategy fits in memory"}
+        best = frame.iloc[0]
+        job = job_of_row(loaded.config, best)
+        loaded = LoadedConfig(replace(loaded.config, job=job), loaded.raw)
+        return row_for(loaded, best, strategy_columns(job))
+    except SpecError as err:
+        return {"name": name, "problem": str(err)}
+
+
+def compare(paths: Sequence[str], vary: Sequence[str] = (), *, sweep: bool = False,
+            out: str | Path | None = None, catalog: Sequence[str] = (), workers: int = 1,
+            dask_address: str | None = None, progress: bool | None = None) -> list[dict]:
+    if sweep and out is None:
+        raise SpecError("--out", "--sweep keeps each cluster's sweep in a folder: give --out DIR")
+    rows = []
+    for name, raw, base_dir in variants(paths, parse_vary(vary)):
+        sweep_dir = Path(out) / slug(name) if sweep else None
+        rows.append(compare_one(name, raw, base_dir, catalog, sweep_dir, workers, dask_address,
+                                progress))
+        if out is not None:
+            Path(out).mkdir(parents=True, exist_ok=True)
+            atomic_write(Path(out) / COMPARE, to_csv(_uniform(rows)))
+    return rows
+
+
+def _uniform(rows: list[dict]) -> list[dict]:
+    """Rows with the same columns (failed ones have only a name and a problem)."""
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    return [{k: r.get(k, "") for k in columns} for r in rows]
+
+
+def table(rows: list[dict]) -> str:
+    from analysis.tables import render
+    priced = any(r.get("currency") for r in rows)
+    headers = ["config", "gpu", "GPUs", "per node", "NICs", "oversub", "strategy", "tokens/s",
+               "MFU", "peak GiB", "goodput tok/s", "J/token"]
+    currency = next((r["currency"] for r in rows if r.get("currency")), "")
+    if priced:
+        headers.append(f"{currency}/Mtok")
+    out = []
+    for r in rows:
+        if r.get("problem"):
+            out.append([r["name"], *["-"] * (len(headers) - 2), f"not run: {r['problem']}"])
+            continue
+        strategy = (f"TP{r['tp']} PP{r['pp']} DP{r['dp']}" + (f" CP{r['cp']}" if r["cp"] > 1 else "")
+                    + f" mb{r['micro_batch']} {r['recompute']} Z{r['zero']}")
+        line = [r["name"], r["gpu"], r["num_gpus"], r["gpus_per_node"], r["nics_per_node"],
+                f"{r['oversubscription']:g}", strategy, f"{r['tokens_per_s']:,.0f}",
+                f"{100 * r['mfu']:.1f}%", f"{r['peak_memory_gib']:.1f}",
+                f"{r['goodput_tokens_per_s']:,.0f}", f"{r['energy_per_token_j']:.3g}"]
+        if priced:
+            cost = r["cost_per_million_tokens"]
+            line.append("-" if cost is None else f"{cost:.3g}")
+        out.append(line)
+    return render(headers, out, title="Cluster comparison")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("compare", help="compare clusters (what should we buy?)")
+    p.add_argument("configs", nargs="+", help="run config YAML files")
+    p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
+                   help="try each value of a config field, e.g. cluster.gpu=h100-sxm,h200-sxm "
+                        "or cluster.oversubscription=1,2 (repeatable: every combination)")
+    p.add_argument("--sweep", action="store_true",
+                   help="find each cluster's best strategy with a full sweep (needs --out)")
+    p.add_argument("--out", metavar="DIR", help="write compare.csv (and the sweeps) here")
+    add_parallel_options(p)
+    add_catalog_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    rows = compare(args.configs, args.vary, sweep=args.sweep, out=args.out, catalog=args.catalog,
+                   workers=args.workers, dask_address=args.dask, progress=args.progress)
+    print(table(rows))
+    if args.out:
+        print(f"\nwrote {Path(args.out) / COMPARE}")
+    return 0 if any(not r.get("problem") for r in rows) else 2

@@ -1,0 +1,99 @@
+"""What a step costs in money and energy: the config's ``costs:`` section.
+
+    costs:
+      gpu_hour: 2.50                  # rental price per GPU-hour (power included), or
+      capex_per_gpu: 30000            # purchase price per GPU (with its share of node, network)
+      amortization_years: 4           # required with capex_per_gpu
+      electricity_per_kwh: 0.10       # with capex: energy is paid on top
+      power_per_gpu: 700 W            # default: the device's TDP from the catalog
+      power_per_node: 0 W             # CPUs, NICs, fans and switches per node (default 0)
+      pue: 1.0                        # facility overhead (default 1.0: IT power only)
+      currency: USD
+
+Power defaults to board TDP, an upper bound on what a GPU draws (give a measured figure, e.g.
+from nvidia-smi during training, for a better one); PUE defaults to 1.0, i.e. no facility
+overhead is assumed. Energy per token = cluster power / tokens per second; cost per million
+tokens = cost per hour / (tokens per second x 3600) x 1e6.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hardware_specs import ClusterSpec, SpecError
+from hardware_specs.fields import Fields
+from hardware_specs.units import Quantity
+
+HOURS_PER_YEAR = 8766.0
+"""365.25 days."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CostSpec:
+    gpu_hour: float | None = None
+    """Price per GPU-hour, power included (cloud rental)."""
+    capex_per_gpu: float | None = None
+    amortization_years: float | None = None
+    electricity_per_kwh: float = 0.0
+    power_per_gpu_w: float | None = None
+    """None: the device's TDP."""
+    power_per_node_w: float = 0.0
+    pue: float = 1.0
+    currency: str = "USD"
+
+    @property
+    def priced(self) -> bool:
+        return self.gpu_hour is not None or self.capex_per_gpu is not None
+
+
+def costs_from_mapping(data: Mapping | None, path: str = "costs") -> CostSpec:
+    f = Fields(data or {}, path).only(("gpu_hour", "capex_per_gpu", "amortization_years",
+                                       "electricity_per_kwh", "power_per_gpu", "power_per_node",
+                                       "pue", "currency"))
+    spec = CostSpec(
+        gpu_hour=f.number("gpu_hour", minimum=0.0) if f.has("gpu_hour") else None,
+        capex_per_gpu=f.number("capex_per_gpu", minimum=0.0) if f.has("capex_per_gpu") else None,
+        amortization_years=(f.number("amortization_years", minimum=0.01)
+                            if f.has("amortization_years") else None),
+        electricity_per_kwh=f.number("electricity_per_kwh", 0.0, minimum=0.0),
+        power_per_gpu_w=(f.quantity("power_per_gpu", Quantity.POWER)
+                         if f.has("power_per_gpu") else None),
+        power_per_node_w=f.quantity("power_per_node", Quantity.POWER, 0.0, positive=False),
+        pue=f.number("pue", 1.0, minimum=1.0),
+        currency=f.text("currency", "USD"),
+    )
+    f.done()
+    if spec.gpu_hour is not None and spec.capex_per_gpu is not None:
+        raise SpecError(f"{path}.capex_per_gpu", "give gpu_hour (rent) or capex_per_gpu (buy), "
+                        "not both")
+    if spec.capex_per_gpu is not None and spec.amortization_years is None:
+        raise SpecError(f"{path}.amortization_years", "is required with capex_per_gpu "
+                        "(years over which the purchase is spread)")
+    return spec
+
+
+def cluster_power_w(spec: CostSpec, cluster: ClusterSpec) -> float:
+    """Power of the whole cluster at the wall, watts."""
+    per_gpu = spec.power_per_gpu_w if spec.power_per_gpu_w is not None else cluster.device.tdp_w
+    return (cluster.num_devices * per_gpu + cluster.num_nodes * spec.power_per_node_w) * spec.pue
+
+
+def cost_per_hour(spec: CostSpec, cluster: ClusterSpec) -> float | None:
+    """Money per hour of running the cluster; None when the config gives no price."""
+    if spec.gpu_hour is not None:
+        return cluster.num_devices * spec.gpu_hour
+    if spec.capex_per_gpu is None:
+        return None
+    capex = cluster.num_devices * spec.capex_per_gpu / (spec.amortization_years * HOURS_PER_YEAR)
+    return capex + cluster_power_w(spec, cluster) / 1000.0 * spec.electricity_per_kwh
+
+
+def energy_per_token_j(spec: CostSpec, cluster: ClusterSpec, tokens_per_s: float) -> float:
+    return cluster_power_w(spec, cluster) / tokens_per_s
+
+
+def cost_per_million_tokens(spec: CostSpec, cluster: ClusterSpec,
+                            tokens_per_s: float) -> float | None:
+    hourly = cost_per_hour(spec, cluster)
+    return None if hourly is None else hourly / (tokens_per_s * 3600.0) * 1e6

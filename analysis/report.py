@@ -1,0 +1,245 @@
+"""``clustersim report RUN_DIR --out report.html``: one self-contained HTML file (figures
+embedded), a Markdown twin, and every figure as PNG and SVG in ``<name>_figures/`` beside them.
+
+Sections: summary, ranking, step-time breakdown, memory per stage and pipeline timeline of the
+best strategy, throughput against memory (Pareto front), energy and cost per token, and, when
+their result files are in the folder, the failure study (``failures.json``) and the
+calibration (``calibration.json``).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import html
+import io
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hardware_specs import SpecError
+
+from analysis import plots
+from analysis.ranking import candidates, folder_config, ranking, ranking_rows, strategy_label
+from analysis.run_store import RunStore
+from analysis.sweep_runner import BEST, BEST_TRACE, write_best
+
+TOP_TABLE = 25
+TOP_BARS = 12
+EXTRA_RESULTS = {"failures.json": "Failure study", "calibration.json": "Calibration"}
+"""Result files of other commands that the report includes when present in the folder."""
+
+
+@dataclass
+class Document:
+    """The report being built, as HTML and Markdown side by side."""
+
+    title: str
+    figures_dir: Path
+    html: list[str] = field(default_factory=list)
+    markdown: list[str] = field(default_factory=list)
+    figures: list[Path] = field(default_factory=list)
+
+    def heading(self, text: str) -> None:
+        self.html.append(f"<h2>{html.escape(text)}</h2>")
+        self.markdown.append(f"\n## {text}\n")
+
+    def paragraph(self, text: str) -> None:
+        self.html.append(f"<p>{html.escape(text)}</p>")
+        self.markdown.append(f"{text}\n")
+
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+        head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row)
+                       + "</tr>" for row in rows)
+        self.html.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        cell = lambda c: str(c).replace("|", "\\|")  # noqa: E731
+        lines = ["| " + " | ".join(cell(h) for h in headers) + " |",
+                 "|" + "---|" * len(headers)]
+        lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+        self.markdown.append("\n".join(lines) + "\n")
+
+    def figure(self, name: str, fig, caption: str) -> None:
+        """Save ``fig`` as PNG and SVG beside the report and embed the PNG."""
+        import matplotlib.pyplot as plt
+        self.figures_dir.mkdir(parents=True, exist_ok=True)
+        png, svg = self.figures_dir / f"{name}.png", self.figures_dir / f"{name}.svg"
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110)
+        png.write_bytes(buf.getvalue())
+        fig.savefig(svg, format="svg")
+        plt.close(fig)
+        self.figures += [png, svg]
+        data = base64.b64encode(buf.getvalue()).decode()
+        self.html.append(f'<figure><img alt="{html.escape(caption)}" '
+                         f'src="data:image/png;base64,{data}"><figcaption>'
+                         f"{html.escape(caption)}</figcaption></figure>")
+        self.markdown.append(f"![{caption}]({self.figures_dir.name}/{png.name})\n")
+
+    def render_html(self) -> str:
+        return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                f"<title>{html.escape(self.title)}</title><link rel=\"icon\" href=\"data:,\">"
+                f"<style>{STYLE}</style></head><body><h1>{html.escape(self.title)}</h1>"
+                + "\n".join(self.html) + "</body></html>\n")
+
+    def render_markdown(self) -> str:
+        return f"# {self.title}\n" + "\n".join(self.markdown)
+
+
+STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;"
+         "color:#222}table{border-collapse:collapse;font-size:13px;margin:1em 0}"
+         "th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}"
+         "th{background:#f0f0f0}td:nth-child(2){text-align:left}"
+         "figure{margin:1em 0}img{max-width:100%}figcaption{font-size:13px;color:#555}")
+
+
+def _fmt(value: float, digits: int = 3) -> str:
+    return f"{value:.{digits}g}"
+
+
+def summary_section(doc: Document, config, manifest: Mapping, cands, frame) -> None:
+    job, cluster = config.job, config.cluster
+    counts = cands["status"].value_counts().to_dict() if not cands.empty else {}
+    doc.heading("Summary")
+    rows = [
+        ("model", f"{job.model.name} ({job.model.parameters / 1e9:.2f}B parameters)"),
+        ("cluster", f"{cluster.num_devices} x {cluster.device.name} in {cluster.num_nodes} "
+                    f"{cluster.node.name} nodes, {cluster.fabric.name}"),
+        ("batch", f"{job.training.global_batch} x {job.training.seq_len} tokens, "
+                  f"{job.training.precision.value}"),
+        ("strategies enumerated", f"{len(cands)}: {counts.get('invalid', 0)} do not divide, "
+                                  f"{counts.get('does_not_fit', 0)} do not fit, "
+                                  f"{counts.get('dominated', 0)} dominated, "
+                                  f"{counts.get('simulate', 0)} to simulate"),
+        ("ranked", f"{len(frame)} simulated points"),
+    ]
+    if not frame.empty:
+        b = frame.iloc[0]
+        rows.append(("best", f"{strategy_label(b)}: {b['tokens_per_s']:,.0f} tokens/s, "
+                             f"MFU {100 * b['mfu']:.1f}%, {b['peak_memory_gib']:.1f} GiB"))
+    rows += [("config hash", manifest.get("config_hash", "")),
+             ("catalog / calibration / code ids",
+              f"{manifest.get('catalog_id', '')} / {manifest.get('calibration_id', '')} / "
+              f"{manifest.get('code_id', '')}"),
+             ("versions", ", ".join(f"{k} {v}" for k, v in manifest.get("versions", {}).items()))]
+    doc.table(["", "value"], rows)
+
+
+def ranking_section(doc: Document, frame) -> None:
+    doc.heading("Ranking")
+    doc.paragraph(f"The {min(TOP_TABLE, len(frame))} fastest of {len(frame)} simulated "
+                  "strategies by tokens per second; headroom is HBM left on the fullest GPU; "
+                  "failure waste is the share of a long run lost to checkpoints and recomputed "
+                  "work (Young's optimum interval); goodput = tokens/s x (1 - waste).")
+    doc.table(*ranking_rows(frame, TOP_TABLE))
+
+
+def best_sections(doc: Document, best: Mapping, trace: Mapping | None) -> None:
+    doc.heading("Best strategy: memory per stage")
+    doc.figure("memory_per_stage", plots.memory_per_stage(best["memory"],
+                                                          best["memory_capacity_bytes"]),
+               "Memory per GPU of each pipeline stage of the best strategy")
+    if trace is not None:
+        doc.heading("Best strategy: pipeline timeline")
+        doc.figure("pipeline_timeline", plots.pipeline_timeline(trace),
+                   "One step of the best strategy: each rank class's compute and "
+                   "communication streams")
+
+
+def extra_sections(doc: Document, root: Path) -> None:
+    """Other commands' result files, rendered from their JSON whatever their schema."""
+    for name, title in EXTRA_RESULTS.items():
+        path = root / name
+        if not path.exists():
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise SpecError(str(path), f"is not valid JSON: {err}") from None
+        doc.heading(title)
+        doc.paragraph(f"From {name}.")
+        json_tables(doc, data)
+
+
+def json_tables(doc: Document, data, depth: int = 0) -> None:
+    """Scalars as a key/value table, lists of mappings as tables, nested mappings in turn."""
+    if not isinstance(data, Mapping):
+        doc.paragraph(json.dumps(data)[:2000])
+        return
+    scalars = [(k, v) for k, v in data.items() if not isinstance(v, (Mapping, list))]
+    if scalars:
+        doc.table(["", "value"], [(k, _fmt(v, 4) if isinstance(v, float) else v)
+                                  for k, v in scalars])
+    for key, value in data.items():
+        if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+            headers = list(dict.fromkeys(k for v in value for k in v
+                                         if not isinstance(v[k], (Mapping, list))))
+            doc.paragraph(f"{key}:")
+            doc.table(headers, [[_fmt(v.get(h), 4) if isinstance(v.get(h), float)
+                                 else v.get(h, "") for h in headers] for v in value[:40]])
+        elif isinstance(value, Mapping) and depth < 2:
+            doc.paragraph(f"{key}:")
+            json_tables(doc, value, depth + 1)
+
+
+def build_report(run_dir: str | Path, out: str | Path) -> list[Path]:
+    """Write the report of sweep folder ``run_dir``; returns the files written."""
+    root, out = Path(run_dir), Path(out)
+    config = folder_config(root)
+    store = RunStore(root)
+    frame = ranking(root, config)
+    if frame.empty:
+        raise SpecError("RUN_DIR", f"{root} has no simulated point yet; run or resume the sweep")
+    write_best(store, config)
+    best = json.loads(store.path(BEST).read_text())
+    trace = None
+    if store.path(BEST_TRACE).exists():
+        with gzip.open(store.path(BEST_TRACE), "rt") as fh:
+            trace = json.load(fh)
+    doc = Document(f"clustersim sweep: {config.name}", out.parent / f"{out.stem}_figures")
+    summary_section(doc, config, store.read_manifest() or {}, candidates(root), frame)
+    ranking_section(doc, frame)
+    top = frame.head(TOP_BARS)
+    labels = [strategy_label(r) for _, r in top.iterrows()]
+    doc.heading("Step-time breakdown")
+    doc.figure("breakdown", plots.breakdown_bars(top.to_dict("records"), labels),
+               f"Step-time breakdown of the {len(top)} fastest strategies")
+    best_sections(doc, best, trace)
+    doc.heading("Throughput against memory")
+    doc.figure("pareto", plots.throughput_vs_memory(
+        frame["peak_memory_gib"].tolist(), frame["tokens_per_s"].tolist(),
+        [strategy_label(r) for _, r in frame.iterrows()],
+        config.cluster.device.memory_bytes / plots.GIB),
+        "Every simulated strategy; the Pareto front has no strategy both faster and smaller")
+    doc.heading("Energy and cost per token")
+    priced = frame.attrs.get("priced", False)
+    doc.paragraph("Energy = cluster power (GPU TDP unless the config's costs section gives "
+                  "power; x PUE) / tokens per second." + (" Cost from the costs section." if priced
+                                                         else " Add prices in a costs: section "
+                                                              "for cost per million tokens."))
+    doc.figure("cost_energy", plots.cost_and_energy(
+        labels, top["energy_per_token_j"].tolist(),
+        top["cost_per_million_tokens"].tolist() if priced else None,
+        frame.attrs.get("currency", "")), "Energy and cost per token of the fastest strategies")
+    extra_sections(doc, root)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(doc.render_html())
+    markdown = out.with_suffix(".md")
+    markdown.write_text(doc.render_markdown())
+    return [out, markdown, *doc.figures]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="write an HTML report (and Markdown twin) of a sweep")
+    p.add_argument("run_dir", help="folder written by `clustersim sweep --out`")
+    p.add_argument("--out", default="report.html", metavar="FILE.html",
+                   help="HTML file to write (default: report.html); the Markdown twin and the "
+                        "figures go beside it")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    files = build_report(args.run_dir, args.out)
+    print(f"wrote {files[0]}, {files[1]} and {len(files) - 2} figure files in {files[2].parent}")
+    return 0

@@ -1,0 +1,61 @@
+"""``clustersim sweep CONFIG --out DIR``: rank every strategy of a model on a cluster."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from analysis.cli_common import add_catalog_option
+
+TOP = 15
+
+
+def add_parallel_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N",
+                   help="local worker processes (default: one per CPU)")
+    p.add_argument("--dask", metavar="SCHEDULER_ADDRESS",
+                   help="run on an existing Dask distributed cluster instead")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar (default: only when stderr is a terminal)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="simulate every valid strategy and rank them")
+    p.add_argument("config", help="run config YAML (its strategy is the base; a `sweep:` "
+                                  "section narrows or widens the space)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="results folder; rerunning with it resumes without recomputing")
+    p.add_argument("--top", type=int, default=TOP, metavar="K", help=f"rows to print ({TOP})")
+    add_parallel_options(p)
+    add_catalog_option(p)
+    p.set_defaults(func=run)
+
+
+def ranking_table(frame, top: int) -> str:
+    from analysis.ranking import ranking_rows
+    from analysis.tables import render
+    return render(*ranking_rows(frame, top))
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis.ranking import ranking, write_ranking
+    from analysis.sweep_runner import load_for_sweep, run_sweep
+
+    loaded = load_for_sweep(args.config, args.catalog)
+    outcome = run_sweep(loaded, args.out, workers=args.workers, dask_address=args.dask,
+                        progress=args.progress)
+    s = outcome.by_status
+    print(f"{loaded.config.name}: {outcome.candidates} strategies enumerated: "
+          f"{s.get('invalid', 0)} do not divide, {s.get('does_not_fit', 0)} do not fit in "
+          f"memory, {s.get('dominated', 0)} dominated, {s.get('simulate', 0)} simulated "
+          f"({outcome.reused} reused from {args.out}, {outcome.simulated} now"
+          f"{f', {outcome.errors} failed' if outcome.errors else ''}) in {outcome.wall_s:.1f} s")
+    frame = ranking(args.out, loaded.config)
+    if frame.empty:
+        print("no strategy fits in memory: nothing to rank")
+        return 0
+    path = write_ranking(args.out, frame)
+    print()
+    print(ranking_table(frame, args.top))
+    print(f"\nwrote {path} ({len(frame)} ranked); `clustersim report {args.out}` makes the report")
+    return 0

@@ -1,0 +1,89 @@
+"""The HTML report (and its Markdown twin) of a sweep, checked as files and in a real browser."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from analysis.plots import pareto_front
+from analysis.report import build_report
+from analysis.sweep_runner import from_mapping, run_sweep
+from tests.test_sweep import TINY
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    run = root / "run"
+    run_sweep(from_mapping({**TINY, "costs": {"gpu_hour": 2.0}}), run)
+    (run / "failures.json").write_text(json.dumps({
+        "goodput": 0.91, "interruptions": 12,
+        "policies": [{"policy": "sync", "goodput": 0.88}, {"policy": "async", "goodput": 0.93}]}))
+    files = build_report(run, root / "out" / "report.html")
+    return root / "out" / "report.html", files
+
+
+def test_report_is_self_contained_with_a_markdown_twin_and_figure_files(report):
+    html_path, files = report
+    html = html_path.read_text()
+    for section in ("Summary", "Ranking", "Step-time breakdown", "memory per stage",
+                    "pipeline timeline", "Throughput against memory", "Energy and cost per token",
+                    "Failure study"):
+        assert section in html, section
+    assert "Calibration" not in html, "no calibration.json in the folder, no section"
+    assert "USD/Mtok" in html
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
+    assert len(images) == 5
+    for data in images:
+        assert base64.b64decode(data).startswith(b"\x89PNG")
+    assert not re.search(r'(src|href)="(?!data:)', html), "nothing loaded from outside the file"
+    md = html_path.with_suffix(".md").read_text()
+    assert "| # | strategy |" in md and "](report_figures/breakdown.png)" in md
+    names = {p.name for p in files}
+    for fig in ("breakdown", "memory_per_stage", "pipeline_timeline", "pareto", "cost_energy"):
+        assert {f"{fig}.png", f"{fig}.svg"} <= names
+        assert (html_path.parent / "report_figures" / f"{fig}.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_pareto_front_keeps_only_points_nothing_beats():
+    points = [(10, 5), (20, 9), (15, 4), (30, 9), (40, 12), (12, 7)]
+    assert pareto_front(points) == [0, 5, 1, 4]
+
+
+def _browser_available() -> bool:
+    return Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()
+
+
+@pytest.mark.skipif(not _browser_available() and not os.environ.get("CI"),
+                    reason="Debian's chromium and chromium-driver are not installed")
+def test_report_loads_in_headless_chromium_with_images_and_no_console_errors(report, tmp_path):
+    webdriver = pytest.importorskip("selenium.webdriver")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run",
+                 f"--user-data-dir={tmp_path / 'profile'}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = webdriver.ChromeService(executable_path=CHROMEDRIVER)
+    driver = webdriver.Chrome(options=options, service=service)
+    try:
+        driver.get(report[0].resolve().as_uri())
+        assert driver.execute_script("return document.readyState") == "complete"
+        assert "clustersim sweep" in driver.title
+        widths = driver.execute_script(
+            "return Array.from(document.images).map(i => i.complete ? i.naturalWidth : 0)")
+        assert len(widths) == 5 and all(w > 0 for w in widths), widths
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert errors == []
+    finally:
+        driver.quit()

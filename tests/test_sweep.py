@@ -1,0 +1,244 @@
+"""Strategy sweeps: the space, streaming and resuming, backends, and the ranking users read."""
+
+from __future__ import annotations
+
+import csv
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from analysis.config import config_from_mapping
+from analysis.run_store import POINTS, RunStore
+from analysis.space import Status, SweepSpace, enumerate_space, no_more_work, space_from_mapping
+from analysis.sweep_runner import from_mapping, run_sweep
+from hardware_specs import SpecError
+from simulator import SimulationOptions, simulate
+from tests.conftest import REPO
+from workloads.builder import build_trace
+from workloads.strategy import Offload, Recompute, Strategy
+
+TINY = {
+    "name": "tiny",
+    "model": {"name": "tiny", "layers": 8, "hidden": 1024, "heads": 16, "vocab": 256},
+    "training": {"seq_len": 1024, "global_batch": 16},
+    "strategy": {"tp": 2, "pp": 2, "dp": 2},
+    "cluster": {"gpu": "h100-sxm", "num_gpus": 8},
+    "sweep": {"micro_batch": [1], "cp": [1]},
+}
+
+
+def write_config(tmp_path: Path, **over) -> Path:
+    data = {**TINY, **over}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def clustersim(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "analysis.cli", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, **kw)
+
+
+def read_rows(out: Path) -> list[dict]:
+    with (out / POINTS).open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+# --- the space -----------------------------------------------------------------------------
+
+def test_space_statuses_follow_check_strategy_and_memory():
+    cfg = config_from_mapping(TINY)
+    space = space_from_mapping(TINY["sweep"])
+    cands = enumerate_space(cfg.job, 8, 2.5 * 2**30, space)
+    assert len({c.key for c in cands}) == len(cands), "keys are unique"
+    statuses = {c.status for c in cands}
+    assert statuses == set(Status), statuses
+    for c in cands:
+        if c.status is Status.INVALID:
+            with pytest.raises(SpecError):
+                c.job.checked(8)
+        else:
+            c.job.checked(8)
+            fits = c.peak_memory_bytes <= 2.5 * 2**30
+            assert fits == (c.status is not Status.DOES_NOT_FIT), c.key
+    # every divisor of 8 appears as a TP degree that was tried
+    assert {c.job.strategy.tp for c in cands} == {1, 2, 4, 8}
+    assert any(c.status is Status.SIMULATE and c.job.strategy.tp == 8 for c in cands)
+
+
+def test_sweep_section_rejects_bad_values_with_the_field():
+    with pytest.raises(SpecError, match=r"sweep.recompute\[1\]: expected one of"):
+        space_from_mapping({"recompute": ["none", "some"]})
+    with pytest.raises(SpecError, match="sweep.tpp: unknown field"):
+        space_from_mapping({"tpp": [1]})
+    with pytest.raises(SpecError, match="sweep.zero: expected at least one value"):
+        space_from_mapping({"zero": []})
+
+
+def test_dominance_order():
+    base = Strategy(dp=8, zero=1)
+    heavier = Strategy(dp=8, zero=2, recompute=Recompute.FULL, offload=Offload.OPTIMIZER)
+    assert no_more_work(base, heavier) and not no_more_work(heavier, base)
+    assert not no_more_work(Strategy(dp=8, zero=1), Strategy(dp=8, zero=3))
+    assert not no_more_work(Strategy(dp=8, zero=0), Strategy(dp=8, zero=1))
+
+
+def test_no_dominated_strategy_is_faster_than_its_dominator(catalog):
+    """The claim that lets a sweep skip dominated points, checked by simulating all of them."""
+    cfg = config_from_mapping(TINY)
+    cands = enumerate_space(cfg.job, 8, cfg.cluster.device.memory_bytes,
+                            SweepSpace(micro_batch=(1,), cp=(1,)))
+    by_key = {c.key: c for c in cands}
+    dominated = [c for c in cands if c.status is Status.DOMINATED]
+    assert len(dominated) > 50
+    times = {}
+
+    def step(c):
+        if c.key not in times:
+            times[c.key] = simulate(build_trace(c.job), cfg.cluster,
+                                    SimulationOptions(record=False)).step_time_s
+        return times[c.key]
+
+    for c in dominated:
+        winner = by_key[c.reason.split(" ")[0]]
+        assert winner.status is Status.SIMULATE
+        assert step(c) >= step(winner) * (1 - 1e-12), (c.key, winner.key)
+
+
+# --- streaming, resuming, backends ---------------------------------------------------------
+
+def test_sweep_streams_points_and_a_rerun_recomputes_nothing(tmp_path):
+    cfg = write_config(tmp_path)
+    out = tmp_path / "run"
+    first = clustersim("sweep", str(cfg), "--out", str(out), "--workers", "1")
+    assert first.returncode == 0, first.stderr
+    rows = read_rows(out)
+    assert rows and len({r["key"] for r in rows}) == len(rows)
+    assert "simulated" in first.stdout and "#" in first.stdout
+    again = clustersim("sweep", str(cfg), "--out", str(out), "--workers", "1")
+    assert again.returncode == 0, again.stderr
+    assert f"{len(rows)} reused from" in again.stdout and ", 0 now" in again.stdout
+    assert read_rows(out) == rows
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_killed_sweep_resumes_without_losing_or_recomputing_a_point(tmp_path, sig):
+    cfg = write_config(tmp_path, sweep={"micro_batch": [1, 2], "cp": [1, 2],
+                                        "prune_dominated": False})
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "analysis.cli", "sweep", str(cfg), "--out",
+                             str(out), "--workers", "2"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    points = out / POINTS
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if points.exists() and points.read_text().count("\n") > 20:
+            break
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == (130 if sig is signal.SIGINT else -signal.SIGKILL), err
+    before = {r["key"]: r for r in RunStore(out).read_points().values()}
+    assert len(before) >= 20
+    done = clustersim("sweep", str(cfg), "--out", str(out), "--workers", "2")
+    assert done.returncode == 0, done.stderr
+    assert f"{len(before)} reused from" in done.stdout
+    after = read_rows(out)
+    keys = [r["key"] for r in after]
+    assert len(keys) == len(set(keys)), "no point simulated twice"
+    by_key = {r["key"]: r for r in after}
+    assert all(by_key[k] == row for k, row in before.items()), "finished points kept as they were"
+    assert len(after) > len(before)
+
+
+def test_torn_last_line_is_dropped_and_that_point_simulated_again(tmp_path):
+    loaded = from_mapping(TINY)
+    out = tmp_path / "run"
+    run_sweep(loaded, out)
+    complete = read_rows(out)
+    text = (out / POINTS).read_text()
+    (out / POINTS).write_text(text[: text.rstrip("\n").rfind("\n") + 1] + "12,tp1-pp1")
+    outcome = run_sweep(loaded, out)
+    assert outcome.simulated == 1
+    assert sorted(read_rows(out), key=lambda r: r["key"]) == sorted(complete,
+                                                                    key=lambda r: r["key"])
+
+
+def test_folder_of_another_config_is_refused(tmp_path):
+    out = tmp_path / "run"
+    assert clustersim("sweep", str(write_config(tmp_path)), "--out", str(out),
+                      "--workers", "1").returncode == 0
+    other = write_config(tmp_path, training={"seq_len": 2048, "global_batch": 16})
+    run = clustersim("sweep", str(other), "--out", str(out), "--workers", "1")
+    assert run.returncode == 2
+    assert run.stderr.startswith("error: --out:") and "another config_hash" in run.stderr
+
+
+def _sorted_points(out: Path) -> list[dict]:
+    return sorted(read_rows(out), key=lambda r: r["key"])
+
+
+def test_same_points_whatever_the_backend_and_worker_count(tmp_path):
+    loaded = from_mapping(TINY)
+    run_sweep(loaded, tmp_path / "one", workers=1)
+    run_sweep(loaded, tmp_path / "two", workers=2)
+    assert _sorted_points(tmp_path / "one") == _sorted_points(tmp_path / "two")
+    distributed = pytest.importorskip("dask.distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        run_sweep(loaded, tmp_path / "dask", dask_address=cluster.scheduler_address)
+    assert _sorted_points(tmp_path / "one") == _sorted_points(tmp_path / "dask")
+
+
+def test_unreachable_dask_scheduler_is_a_clear_error(tmp_path):
+    pytest.importorskip("dask.distributed")
+    run = clustersim("sweep", str(write_config(tmp_path)), "--out", str(tmp_path / "r"),
+                     "--dask", "tcp://127.0.0.1:9")
+    assert run.returncode == 2 and "error: --dask: cannot reach" in run.stderr
+
+
+# --- what users read -----------------------------------------------------------------------
+
+def test_python_api_returns_dataframes(tmp_path):
+    from analysis import simulate as simulate_df, sweep
+    one = simulate_df(TINY)
+    assert len(one) == 1
+    for key in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "peak_memory_gb",
+                "fits_in_memory", "compute_s", "bubble_s", "tp", "pp", "dp"):
+        assert key in one.columns
+    ranked = sweep(TINY, tmp_path / "run")
+    assert list(ranked["rank"]) == list(range(1, len(ranked) + 1))
+    assert ranked["tokens_per_s"].is_monotonic_decreasing
+    assert (ranked["memory_headroom_gib"] > 0).all()
+    assert ranked.iloc[0]["tokens_per_s"] >= one.iloc[0]["tokens_per_s"]
+
+
+def test_tensor_parallelism_inside_a_node_beats_tensor_parallelism_across_nodes(tmp_path):
+    """Practice (Narayanan et al. SC'21 sec. 3.2, takeaway #1): keep TP within the NVLink
+    domain. Llama-3-70B on 64 H100: TP8 (one node) against TP16 (two nodes)."""
+    data = yaml.safe_load((REPO / "examples/llama3_70b_h100.yaml").read_text())
+    data["sweep"] = {"tp": [8, 16], "pp": [4], "cp": [1], "micro_batch": [1],
+                     "schedule": ["1f1b"], "recompute": ["selective"], "zero": [1],
+                     "offload": ["none"]}
+    data["training"] = {**data["training"], "global_batch": 32}
+    ranked = from_mapping(data)
+    run_sweep(ranked, tmp_path / "run")
+    from analysis.ranking import ranking
+    frame = ranking(tmp_path / "run")
+    assert list(frame["tp"]) == [8, 16]
+    assert frame.iloc[0]["tokens_per_s"] > frame.iloc[1]["tokens_per_s"]
+
+
+def test_progress_bar_only_when_asked_or_on_a_terminal(tmp_path):
+    cfg = write_config(tmp_path)
+    quiet = clustersim("sweep", str(cfg), "--out", str(tmp_path / "a"), "--workers", "1")
+    assert "point/s" not in quiet.stderr and "%|" not in quiet.stderr
+    shown = clustersim("sweep", str(cfg), "--out", str(tmp_path / "b"), "--workers", "1",
+                       "--progress")
+    assert "%|" in shown.stderr
+
