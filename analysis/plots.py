@@ -35,7 +35,7 @@ def breakdown_bars(rows: Sequence[Mapping], labels: Sequence[str]) -> Figure:
     ax.set_yticks(y, labels, fontsize=8)
     ax.set_xlabel("step time (s)")
     ax.set_title("Where the step time goes (critical rank class)")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
 

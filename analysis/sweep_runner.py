@@ -113,9 +113,10 @@ def point_row(c: Candidate, metrics: Mapping) -> dict:
 
 
 def estimated_cost(job: Job) -> float:
-    """Relative simulation cost (ops per stage), to start the longest points first."""
+    """Relative simulation cost (layer passes the engine replays): the cheapest points run
+    first, so that an interrupted sweep has finished as many strategies as it could."""
     s = job.strategy
-    return job.micro_batches * -(-job.model.layers // s.pp) * s.cp * (2 if s.zero == 3 else 1)
+    return job.micro_batches * job.model.layers * s.cp * (2 if s.zero == 3 else 1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,7 +147,7 @@ def run_sweep(loaded: LoadedConfig, out: str | Path, *, workers: int = 1,
     done = store.read_points()
     by_key = {c.key: c for c in candidates}
     todo = [c for c in candidates if c.status is Status.SIMULATE and c.key not in done]
-    todo.sort(key=lambda c: (-estimated_cost(c.job), c.index))
+    todo.sort(key=lambda c: (estimated_cost(c.job), c.index))
     options = replace(simulation_options(config), record=False)
     tasks = [(c.key, c.job, config.cluster, options) for c in todo]
     errors = 0
