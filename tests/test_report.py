@@ -87,3 +87,10 @@ def test_report_loads_in_headless_chromium_with_images_and_no_console_errors(rep
         assert errors == []
     finally:
         driver.quit()
+
+
+def test_report_of_a_folder_that_is_not_a_sweep_exits_2(tmp_path):
+    from tests.test_sweep import clustersim
+    run = clustersim("report", str(tmp_path), "--out", str(tmp_path / "r.html"))
+    assert run.returncode == 2
+    assert run.stderr.startswith("error: RUN_DIR:") and "is not a sweep folder" in run.stderr
