@@ -147,28 +147,38 @@ def _uniform(rows: list[dict]) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
     from analysis.tables import render
-    priced = any(r.get("currency") for r in rows)
+    return render(*table_rows(rows), title="Cluster comparison")
+
+
+def table_rows(rows: list[dict]) -> tuple[list[str], list[list]]:
+    """Headers and lines of the comparison as users read it (rows as returned by
+    :func:`compare`, or read back from compare.csv)."""
+    def text(value) -> str:
+        return value if isinstance(value, str) else ""
+
+    currency = next((text(r.get("currency")) for r in rows if text(r.get("currency"))), "")
     headers = ["config", "gpu", "GPUs", "per node", "NICs", "oversub", "strategy", "tokens/s",
                "MFU", "peak GiB", "goodput tok/s", "J/token"]
-    currency = next((r["currency"] for r in rows if r.get("currency")), "")
-    if priced:
+    if currency:
         headers.append(f"{currency}/Mtok")
     out = []
     for r in rows:
-        if r.get("problem"):
+        if text(r.get("problem")):
             out.append([r["name"], *["-"] * (len(headers) - 2), f"not run: {r['problem']}"])
             continue
-        strategy = (f"TP{r['tp']} PP{r['pp']} DP{r['dp']}" + (f" CP{r['cp']}" if r["cp"] > 1 else "")
-                    + f" mb{r['micro_batch']} {r['recompute']} Z{r['zero']}")
-        line = [r["name"], r["gpu"], r["num_gpus"], r["gpus_per_node"], r["nics_per_node"],
+        n = {k: int(r[k]) for k in ("tp", "pp", "dp", "cp", "micro_batch", "zero", "num_gpus",
+                                    "gpus_per_node", "nics_per_node")}
+        strategy = (f"TP{n['tp']} PP{n['pp']} DP{n['dp']}" + (f" CP{n['cp']}" if n["cp"] > 1 else "")
+                    + f" mb{n['micro_batch']} {r['recompute']} Z{n['zero']}")
+        line = [r["name"], r["gpu"], n["num_gpus"], n["gpus_per_node"], n["nics_per_node"],
                 f"{r['oversubscription']:g}", strategy, f"{r['tokens_per_s']:,.0f}",
                 f"{100 * r['mfu']:.1f}%", f"{r['peak_memory_gib']:.1f}",
                 f"{r['goodput_tokens_per_s']:,.0f}", f"{r['energy_per_token_j']:.3g}"]
-        if priced:
+        if currency:
             cost = r["cost_per_million_tokens"]
-            line.append("-" if cost is None else f"{cost:.3g}")
+            line.append("-" if cost is None or cost != cost else f"{cost:.3g}")
         out.append(line)
-    return render(headers, out, title="Cluster comparison")
+    return headers, out
 
 
 def register(sub) -> None:

@@ -22,7 +22,8 @@ from hardware_specs import SpecError
 
 from analysis import plots
 from analysis.ranking import candidates, folder_config, ranking, ranking_rows, strategy_label
-from analysis.run_store import RunStore
+from analysis.compare_cmd import COMPARE, table_rows as compare_rows
+from analysis.run_store import CONFIG, RunStore
 from analysis.sweep_runner import BEST, BEST_TRACE, write_best
 
 TOP_TABLE = 25
@@ -183,9 +184,31 @@ def json_tables(doc: Document, data, depth: int = 0) -> None:
             json_tables(doc, value, depth + 1)
 
 
+def comparison_report(root: Path, out: Path) -> Document:
+    """The report of a ``clustersim compare --out`` folder: the clusters side by side."""
+    import pandas as pd
+    frame = pd.read_csv(root / COMPARE)
+    frame["problem"] = frame["problem"].astype("object").fillna("")
+    doc = Document(f"clustersim compare: {root.name}", out.parent / f"{out.stem}_figures")
+    doc.heading("Cluster comparison")
+    doc.table(*compare_rows(frame.to_dict("records")))
+    ok = frame[frame["problem"] == ""]
+    if ok.empty:
+        return doc
+    priced = ok["currency"].astype(str).str.len().gt(0).any() if "currency" in ok else False
+    doc.figure("compare_cost_energy", plots.cost_and_energy(
+        ok["name"].tolist(), ok["energy_per_token_j"].tolist(),
+        ok["cost_per_million_tokens"].tolist() if priced else None,
+        str(ok["currency"].iloc[0]) if priced else ""), "Energy and cost per token by cluster")
+    extra_sections(doc, root)
+    return doc
+
+
 def build_report(run_dir: str | Path, out: str | Path) -> list[Path]:
-    """Write the report of sweep folder ``run_dir``; returns the files written."""
+    """Write the report of a sweep (or compare) folder; returns the files written."""
     root, out = Path(run_dir), Path(out)
+    if (root / COMPARE).exists() and not (root / CONFIG).exists():
+        return write_document(comparison_report(root, out), out)
     config = folder_config(root)
     store = RunStore(root)
     frame = ranking(root, config)
@@ -223,6 +246,10 @@ def build_report(run_dir: str | Path, out: str | Path) -> list[Path]:
         top["cost_per_million_tokens"].tolist() if priced else None,
         frame.attrs.get("currency", "")), "Energy and cost per token of the fastest strategies")
     extra_sections(doc, root)
+    return write_document(doc, out)
+
+
+def write_document(doc: Document, out: Path) -> list[Path]:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(doc.render_html())
     markdown = out.with_suffix(".md")

@@ -76,3 +76,14 @@ def test_compare_sets_clusters_side_by_side_and_reports_a_bad_variant(tmp_path):
     assert table.loc["b200", "tokens_per_s"] > table.loc["h100-sxm", "tokens_per_s"], \
         "B200 (2.25 PFLOP/s dense BF16) outruns H100 (0.99) on the same job"
     assert table.loc["b200", "cost_per_million_tokens"] > 0
+
+
+def test_report_of_a_comparison_folder(tmp_path):
+    from analysis.report import build_report
+    cfg = write_config(tmp_path, costs={"gpu_hour": 2.0})
+    assert clustersim("compare", str(cfg), "--vary", "cluster.gpu=h100-sxm,b200",
+                      "--out", str(tmp_path / "cmp")).returncode == 0
+    files = build_report(tmp_path / "cmp", tmp_path / "cmp" / "report.html")
+    html = files[0].read_text()
+    assert "Cluster comparison" in html and "USD/Mtok" in html and "tiny [gpu=b200]" in html
+    assert html.count("data:image/png;base64,") == 1
