@@ -28,11 +28,16 @@ def folder_config(run_dir: str | Path) -> RunConfig:
     return cfg if cfg.name else replace(cfg, name=root.name)
 
 
-def load_frame(path: Path):
+def load_frame(path: Path, text: str | None = None):
+    """A CSV file (or its ``text``) as a DataFrame; empty when there is nothing yet."""
+    import io
+
     import pandas as pd
-    if not path.exists() or path.stat().st_size == 0:
+    if text is None:
+        text = path.read_text() if path.exists() else ""
+    if not text.strip():
         return pd.DataFrame()
-    frame = pd.read_csv(path)
+    frame = pd.read_csv(io.StringIO(text))
     for col in ("error", "reason"):
         if col in frame:
             frame[col] = frame[col].astype("object").fillna("").astype(str)
@@ -44,8 +49,7 @@ def ranking(run_dir: str | Path, config: RunConfig | None = None):
     from analysis.sweep_runner import job_of_row
     config = config or folder_config(run_dir)
     store = RunStore(run_dir)
-    store.read_points()            # drops a torn last line, if any
-    points = load_frame(store.path(POINTS))
+    points = load_frame(store.path(POINTS), store.points_text())
     if points.empty:
         return points
     points = points[points["error"] == ""].copy()

@@ -8,7 +8,7 @@
 
 A line is written with one ``write`` and then flushed and synced, so a sweep killed at any
 moment (SIGINT or SIGKILL) leaves every finished point on disk; a torn last line (killed while
-writing) is dropped on the next read and that point simulated again.
+writing) is ignored by readers, cut by the next sweep, and that point simulated again.
 """
 
 from __future__ import annotations
@@ -141,17 +141,24 @@ class RunStore:
     def write_candidates(self, rows: list[dict]) -> None:
         atomic_write(self.path(CANDIDATES), to_csv(rows))
 
-    def read_points(self) -> dict[str, dict]:
-        """Finished points by key; a torn last line is dropped (and cut from the file)."""
+    def points_text(self) -> str:
+        """The complete lines of points.csv (a torn last line, left by a kill in the middle of
+        a write, is not a point). Readers never modify the file: a sweep may be appending."""
         p = self.path(POINTS)
-        if not p.exists():
-            return {}
-        text = p.read_text()
-        if text and not text.endswith("\n"):
-            text = text[: text.rfind("\n") + 1]
-            atomic_write(p, text)
-        rows = list(csv.DictReader(io.StringIO(text)))
-        return {row["key"]: row for row in rows}
+        text = p.read_text() if p.exists() else ""
+        return text[: text.rfind("\n") + 1]
+
+    def read_points(self) -> dict[str, dict]:
+        """Finished points by key."""
+        return {row["key"]: row for row in csv.DictReader(io.StringIO(self.points_text()))}
+
+    def repair(self) -> None:
+        """Cut a torn last line before appending (only the writer calls this)."""
+        p = self.path(POINTS)
+        if p.exists():
+            text = self.points_text()
+            if len(text) != p.stat().st_size:
+                atomic_write(p, text)
 
     def append_point(self, row: dict) -> None:
         """One finished point: a single write of a whole line, then flush and fsync."""

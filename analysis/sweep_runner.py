@@ -144,6 +144,7 @@ def run_sweep(loaded: LoadedConfig, out: str | Path, *, workers: int = 1,
     candidates = enumerate_space(config.job, config.cluster.num_devices,
                                  config.cluster.device.memory_bytes, space)
     store.write_candidates([candidate_row(c) for c in candidates])
+    store.repair()
     done = store.read_points()
     by_key = {c.key: c for c in candidates}
     todo = [c for c in candidates if c.status is Status.SIMULATE and c.key not in done]

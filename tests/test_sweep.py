@@ -162,7 +162,11 @@ def test_torn_last_line_is_dropped_and_that_point_simulated_again(tmp_path):
     run_sweep(loaded, out)
     complete = read_rows(out)
     text = (out / POINTS).read_text()
-    (out / POINTS).write_text(text[: text.rstrip("\n").rfind("\n") + 1] + "12,tp1-pp1")
+    torn = text[: text.rstrip("\n").rfind("\n") + 1] + "12,tp1-pp1"
+    (out / POINTS).write_text(torn)
+    from analysis.ranking import ranking
+    assert len(ranking(out)) == len(complete) - 1, "readers skip the torn line"
+    assert (out / POINTS).read_text() == torn, "and leave the file alone (a sweep may append)"
     outcome = run_sweep(loaded, out)
     assert outcome.simulated == 1
     assert sorted(read_rows(out), key=lambda r: r["key"]) == sorted(complete,
