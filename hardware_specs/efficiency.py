@@ -9,18 +9,37 @@ from __future__ import annotations
 import bisect
 import enum
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from hardware_specs.errors import SpecError
 
+T = TypeVar("T")
+
 
 class OpClass(enum.Enum):
-    """Kinds of kernels whose efficiency differs: tensor-core GEMMs, fused attention, and
-    memory-bound element-wise work (norms, activations, the optimizer step)."""
+    """Kinds of kernels whose efficiency differs: tensor-core GEMMs, fused attention,
+    memory-bound element-wise work (norms, activations), and the optimizer step."""
 
     MATMUL = "matmul"
     ATTENTION = "attention"
     ELEMENTWISE = "elementwise"
+    OPTIMIZER = "optimizer"
+    """One fused streaming pass over parameters, gradients and optimizer state; timed by bytes
+    like element-wise work, whose curve and factors it uses where it has none of its own (on
+    CPUs a fused Adam streams several times faster than an erf-based GeLU)."""
+
+
+MEMORY_BOUND = frozenset((OpClass.ELEMENTWISE, OpClass.OPTIMIZER))
+"""Op classes timed by bytes moved (curve sizes in bytes), not by FLOPs."""
+
+
+def for_class(values: Mapping[OpClass, T], op: OpClass) -> T | None:
+    """``values[op]``, or for the optimizer step what element-wise work has."""
+    if op in values:
+        return values[op]
+    return values.get(OpClass.ELEMENTWISE) if op is OpClass.OPTIMIZER else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,8 +49,9 @@ def synthetic_records(alpha=200e-6, beta=1e9) -> list[dict]:
     for e in (1 << 14, 1 << 18, 1 << 22):
         recs.append({"kind": "elementwise", "op": "residual.fwd", "elements": e,
                      "time_s": 12.0 * e / 10e9})
-    recs.append({"kind": "optimizer", "op": "adam", "params": 1 << 20,
-                 "time_s": ADAM_BYTES_PER_PARAM * (1 << 20) / 5e9})
+    for params in (1 << 18, 1 << 20):
+        recs.append({"kind": "optimizer", "op": "adam", "params": params,
+                     "time_s": ADAM_BYTES_PER_PARAM * params / 5e9})
     for world in (2, 4):
         for nbytes in (1 << 12, 1 << 16, 1 << 20, 1 << 24):
             for op in ("all_reduce", "all_gather", "reduce_scatter", "send_recv"):
@@ -97,7 +98,8 @@ def test_elementwise_curve_counts_bytes_as_the_simulator_does(profile):
     assert dev.memory_bandwidth == pytest.approx(10e9, rel=1e-6)
     c = dev.efficiency.curves[OpClass.ELEMENTWISE]
     assert c(12.0 * (1 << 18)) == pytest.approx(1.0, rel=1e-4)
-    assert c(ADAM_BYTES_PER_PARAM * (1 << 20)) == pytest.approx(0.5, rel=1e-4)
+    adam = dev.efficiency.curves[OpClass.OPTIMIZER]
+    assert adam(ADAM_BYTES_PER_PARAM * (1 << 20)) == pytest.approx(0.5, rel=1e-4)
     assert ELEMENTWISE_PASSES["residual.fwd"] == 3.0
 
 
@@ -143,7 +145,7 @@ def test_profile_file_loads_in_the_catalog_with_provenance(profile, tmp_path):
     for key in ("device", "driver", "torch", "gloo", "date"):
         assert dev.provenance[key]
     assert dev.provenance["base"] == "cpu-core" and dev.default_node == "lab-cpu"
-    for op in (OpClass.MATMUL, OpClass.ATTENTION, OpClass.ELEMENTWISE):
+    for op in OpClass:
         assert dev.efficiency.curves[op](1e9) == pytest.approx(
             profile.device.efficiency.curves[op](1e9), rel=1e-5)
     fits = comm_fits(synthetic_records())
@@ -243,3 +245,16 @@ def test_cli_fit_without_measurements_exits_2(tmp_path):
     run = clustersim("calibrate", "fit", str(tmp_path), "--out", str(tmp_path / "x.yaml"))
     assert run.returncode == 2
     assert run.stderr.startswith("error: DIR: no microbench.json in")
+
+
+def test_optimizer_kernels_use_their_own_curve_or_else_the_elementwise_one(profile):
+    from dataclasses import replace
+
+    from simulator.cost.compute import ComputeModel
+    from workloads.layer_ops import Kernel
+    adam = Kernel("adam", OpClass.OPTIMIZER, 12e6, 28e6)
+    eff = profile.device.efficiency
+    assert ComputeModel(profile.device).efficiency(adam) == eff.curves[OpClass.OPTIMIZER](28e6)
+    older = replace(profile.device, efficiency=replace(eff, curves={
+        op: c for op, c in eff.curves.items() if op is not OpClass.OPTIMIZER}))
+    assert ComputeModel(older).efficiency(adam) == eff.curves[OpClass.ELEMENTWISE](28e6)

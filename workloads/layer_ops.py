@@ -220,7 +220,7 @@ class LayerOps:
         m, v and the gradient and writes master, m, v and the 16-bit copy: 4+4+4+4 in,
         4+4+4+2 out = 30 bytes per parameter; FP32 reads 16 and writes 12."""
         per_param = 30.0 if self.training.precision.mixed else 28.0
-        return (Kernel("adam", OpClass.ELEMENTWISE, 12.0 * local_params, per_param * local_params,
+        return (Kernel("adam", OpClass.OPTIMIZER, 12.0 * local_params, per_param * local_params,
                        dtype=Dtype.FP32),)
 
 

@@ -3,7 +3,8 @@
 - Compute: every record becomes a point (size, work, time) in the simulator's own accounting
   (``workloads/layer_ops.py``): GEMMs 2mnk FLOPs; causal SDPA 4 b s^2 d heads / 2 FLOPs
   forward and 2.5x that backward (FlashAttention-2, Dao 2023, sec. 4); element-wise kernels
-  by the bytes ``layer_ops`` counts for them; the Adam step 28 bytes per FP32 parameter.
+  by the bytes ``layer_ops`` counts for them; the Adam step (its own class: a fused Adam
+  streams far faster than a GeLU per byte on CPUs) 28 bytes per FP32 parameter.
   Points are pooled in log-spaced size bins into ``size -> fraction of peak`` curves, each
   bin's fraction being total work over total time (weighted by how often a layer runs each
   kernel), so a layer's summed kernel times match what was measured.
@@ -27,6 +28,7 @@ import yaml
 
 from hardware_specs import DeviceSpec, Dtype, EfficiencyCurve, NodeSpec, OpClass, SpecError
 from hardware_specs.device import DeviceEfficiency
+from hardware_specs.efficiency import MEMORY_BOUND
 from hardware_specs.measured_comm import AlphaBeta, CommOp
 from simulator.cost.measured import ring_steps_and_traffic
 
@@ -45,9 +47,9 @@ ELEMENTWISE_PASSES = {
 """Tensors of the kernel's size that ``workloads/layer_ops.py`` counts as read or written."""
 ELEMENTWISE_WEIGHT = {"layernorm.fwd": 2.0, "layernorm.bwd": 2.0, "gelu.fwd": 1.0,
                       "gelu.bwd": 1.0, "residual.fwd": 2.0, "layout.fwd": 2.0,
-                      "cross_entropy.fwd": 1.0, "cross_entropy.bwd": 1.0, "adam": 1.0}
-"""How often a transformer layer (or, for the loss and the optimizer, a step) runs a kernel:
-its weight when kernels of one size bin are pooled."""
+                      "cross_entropy.fwd": 1.0, "cross_entropy.bwd": 1.0}
+"""How often a transformer layer (or, for the loss, a step) runs a kernel: its weight when
+kernels of one size bin are pooled."""
 ADAM_BYTES_PER_PARAM = 28.0
 """``layer_ops.optimizer_step`` for FP32 training: read master, m, v, gradient; write master,
 m, v (16 + 12 bytes)."""
@@ -92,7 +94,7 @@ def compute_points(records: Iterable[Mapping]) -> dict[OpClass, list[Point]]:
             out[OpClass.ELEMENTWISE].append(Point(nbytes, nbytes, t, ELEMENTWISE_WEIGHT[r["op"]]))
         elif kind == "optimizer":
             nbytes = ADAM_BYTES_PER_PARAM * r["params"]
-            out[OpClass.ELEMENTWISE].append(Point(nbytes, nbytes, t, ELEMENTWISE_WEIGHT["adam"]))
+            out[OpClass.OPTIMIZER].append(Point(nbytes, nbytes, t))
     return out
 
 
@@ -193,10 +195,9 @@ def fit_profile(doc: Mapping, base_device: DeviceSpec, base_node: NodeSpec, name
     dtype = Dtype.FP32
     peak = _peak_for((r for op in (OpClass.MATMUL, OpClass.ATTENTION) for _, r in rates[op]),
                      base_device.peak_flops.get(dtype, 0.0) or max(base_device.peak_flops.values()))
-    bandwidth = _peak_for((r for _, r in rates[OpClass.ELEMENTWISE]), base_device.memory_bandwidth)
-    curves = {OpClass.MATMUL: curve(rates[OpClass.MATMUL], peak),
-              OpClass.ATTENTION: curve(rates[OpClass.ATTENTION], peak),
-              OpClass.ELEMENTWISE: curve(rates[OpClass.ELEMENTWISE], bandwidth)}
+    bandwidth = _peak_for((r for op in MEMORY_BOUND for _, r in rates[op]),
+                          base_device.memory_bandwidth)
+    curves = {op: curve(rates[op], bandwidth if op in MEMORY_BOUND else peak) for op in OpClass}
     best = {op: min(1.0, max(c.fractions)) for op, c in curves.items()}
     efficiency = DeviceEfficiency(matmul=best[OpClass.MATMUL], attention=best[OpClass.ATTENTION],
                                   memory=best[OpClass.ELEMENTWISE], curves=curves)

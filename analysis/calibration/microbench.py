@@ -26,8 +26,12 @@ import torch.nn.functional as F
 from analysis.calibration.launch import RankEnv, run_ranks, synchronize
 
 MICROBENCH_VERSION = 1
-TRIAL_S = 0.02
+TRIAL_S = 0.01
 """Each trial repeats a kernel until it has run about this long (timer resolution, noise)."""
+MAX_FLOPS = 2e9
+"""Largest GEMM or attention measured (beyond it the curves stay flat, as measured sizes show)."""
+MAX_ELEMENTS = 1 << 22
+"""Largest element-wise kernel measured."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -91,6 +95,8 @@ def _gemm_items(plan: Plan, device) -> list[tuple[dict, Callable[[], object]]]:
             for n, k in ((3 * h, h), (h, h), (4 * h, h), (h, 4 * h), (3 * h // 2, h), (2 * h, h)):
                 shapes.add((t, n, k))
     for t, n, k in sorted(shapes):
+        if 2.0 * t * n * k > MAX_FLOPS:
+            continue
         x, w, dy = (torch.randn(t, k, device=device), torch.randn(n, k, device=device),
                     torch.randn(t, n, device=device))
         for layout, (m_, n_, k_), fn in (
@@ -107,6 +113,8 @@ def _attention_items(plan: Plan, device) -> list[tuple[dict, Callable[[], object
     for s in seqs:
         for heads in ((4,) if plan.quick else (2, 4, 8)):
             b, d = 4, 64
+            if 2.0 * b * heads * s * s * d > MAX_FLOPS:
+                continue
             q, k, v = (torch.randn(b, heads, s, d, device=device, requires_grad=True)
                        for _ in range(3))
             def fwd(q=q, k=k, v=v):
@@ -123,6 +131,8 @@ def _elementwise_items(plan: Plan, device) -> list[tuple[dict, Callable[[], obje
     tokens = (512, 4096) if plan.quick else (128, 512, 2048, 8192)
     for t in tokens:
         for h in plan.hiddens:
+            if t * 4 * h > MAX_ELEMENTS:
+                continue
             x = torch.randn(t, h, device=device, requires_grad=True)
             wide = torch.randn(t, 4 * h, device=device, requires_grad=True)
             ln_w = torch.ones(h, device=device, requires_grad=True)
@@ -141,6 +151,8 @@ def _elementwise_items(plan: Plan, device) -> list[tuple[dict, Callable[[], obje
                 items.append(({"kind": "elementwise", "op": op, "elements": elements}, fn))
     for t in ((512,) if plan.quick else (128, 512, 2048)):
         for vocab in ((4096,) if plan.quick else (1024, 4096, 16384)):
+            if t * vocab > MAX_ELEMENTS:
+                continue
             logits = torch.randn(t, vocab, device=device, requires_grad=True)
             target = torch.randint(0, vocab, (t,), device=device)
             loss = F.cross_entropy(logits, target)

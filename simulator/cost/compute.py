@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from hardware_specs import DeviceSpec, Dtype, OpClass
+from hardware_specs.efficiency import MEMORY_BOUND, for_class
 from workloads.layer_ops import Kernel
 from workloads.trace import ComputeOp
 
@@ -63,14 +64,14 @@ class ComputeModel:
 
     def efficiency(self, k: Kernel) -> float:
         """Fraction of peak (compute ops) or of HBM bandwidth (element-wise) in training."""
-        eff = self.device.efficiency
-        return self._isolated(k) * eff.in_training.get(k.op_class, 1.0)
+        factor = for_class(self.device.efficiency.in_training, k.op_class)
+        return self._isolated(k) * (1.0 if factor is None else factor)
 
     def _isolated(self, k: Kernel) -> float:
         eff = self.device.efficiency
-        curve = eff.curves.get(k.op_class)
+        curve = for_class(eff.curves, k.op_class)
         if curve is not None:
-            return curve(k.bytes if k.op_class is OpClass.ELEMENTWISE else k.flops)
+            return curve(k.bytes if k.op_class in MEMORY_BOUND else k.flops)
         sms = self.device.compute_units
         if k.op_class is OpClass.MATMUL:
             ceiling = eff.matmul_fp8 if k.dtype is Dtype.FP8 and eff.matmul_fp8 else eff.matmul
@@ -81,7 +82,7 @@ class ComputeModel:
         return eff.memory
 
     def kernel_time(self, k: Kernel) -> float:
-        if k.op_class is OpClass.ELEMENTWISE:
+        if k.op_class in MEMORY_BOUND:
             bw = self.device.memory_bandwidth * self.efficiency(k)
             return LAUNCH_GAP_S + max(k.bytes / bw, k.flops / self.vector_peak)
         peak = self.device.flops(k.dtype)
