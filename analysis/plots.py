@@ -78,7 +78,8 @@ def pipeline_timeline(trace: Mapping) -> Figure:
     fig, ax = plt.subplots(figsize=(12, 0.35 * len(rows) + 1.8))
     for y, row in enumerate(rows):
         for cat, bars in spans[row].items():
-            ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=color[cat], linewidth=0)
+            ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=color[cat], linewidth=0,
+                           rasterized=True)
     ax.set_yticks(range(len(rows)), [f"class {p} {names.get((p, t), t)}" for p, t in rows],
                   fontsize=7)
     ax.invert_yaxis()
