@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from hardware_specs import Catalog, ClusterSpec, SpecError, load_catalog
+from hardware_specs import Catalog, ClusterSpec, Placement, SpecError, load_catalog
 from hardware_specs.fields import Fields
 from workloads import Job
 from workloads.model import resolve
@@ -48,7 +48,7 @@ def read_yaml(path: Path) -> Mapping[str, Any]:
 
 
 CLUSTER_FIELDS = ("gpu", "num_gpus", "node", "fabric", "failure_model", "checkpoint_storage",
-                  "gpus_per_node", "oversubscription", "catalog")
+                  "gpus_per_node", "oversubscription", "placement", "catalog")
 
 
 def parse_cluster(f: Fields, catalog: Catalog) -> ClusterSpec:
@@ -66,6 +66,7 @@ def parse_cluster(f: Fields, catalog: Catalog) -> ClusterSpec:
     if f.has("oversubscription"):
         ratio = f.number("oversubscription", minimum=1.0)
         cluster = replace(cluster, fabric=cluster.fabric.with_oversubscription(ratio))
+    cluster = replace(cluster, placement=f.choice("placement", Placement, Placement.PACKED))
     f.done()
     return cluster
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hardware_specs.fields import Fields, parse_enum
 from simulator import Faults, SimulationOptions, StepResult, simulate
+from simulator.cost.collectives import Algorithm
+from simulator.engine import NetworkMode
+from workloads.trace import CollectiveKind
 from simulator.engine import StepSimulation
 from workloads.builder import build_trace
 from workloads.memory import StageMemory
@@ -46,9 +50,13 @@ class StepReport:
 
 def simulation_options(config: RunConfig) -> SimulationOptions:
     """Engine options from the config's optional ``simulation`` section."""
-    from hardware_specs.fields import Fields
     f = Fields(config.sections.get("simulation", {}), "simulation")
+    forced = f.sub("algorithms")
+    algorithms = {parse_enum(CollectiveKind, kind, forced.at(str(kind))):
+                  forced.choice(str(kind), Algorithm) for kind in forced.data}
     options = SimulationOptions(
+        network=f.choice("network", NetworkMode, NetworkMode.FLOW),
+        algorithms=algorithms,
         comm_slowdown_when_overlapped=f.number(
             "comm_slowdown_when_overlapped", DEFAULT_OPTIONS.comm_slowdown_when_overlapped,
             minimum=0.0),

@@ -54,23 +54,24 @@ class RowOutcome:
                 "fits_in_memory": self.fits, "problem": self.problem, "mfu": self.mfu}
 
 
-FLASH_ATTENTION = (2022, 5)
+FLASH_ATTENTION = (2022, 5, 14135)
 """FlashAttention (Dao et al., arXiv 2205.14135): runs before it used unfused attention."""
-PYTORCH_FSDP = (2022, 3)
+PYTORCH_FSDP = (2022, 3, 0)
 """PyTorch FSDP (1.11, March 2022): before it, ZeRO-3 meant DeepSpeed's implementation, which
 gathered each parameter tensor with its own collective and, in published runs (Narayanan et
 al. SC'21 Table 2), did not hide the gathers behind compute."""
 
 
-def publication_date(source: str) -> tuple[int, int] | None:
-    """(year, month) of a source string: from an arXiv id (``arXiv 2104.04473``), else from a
-    year (``2021``, ``SC'21``), taken as its January."""
-    arxiv = re.search(r"arXiv[: ]*(\d{2})(\d{2})\.\d{4,5}", source)
+def publication_date(source: str) -> tuple[int, int, int] | None:
+    """(year, month, arXiv sequence number) of a source string: from an arXiv id (``arXiv
+    2104.04473``: papers of one month are ordered by that number), else from a year (``2021``,
+    ``SC'21``), taken as its January."""
+    arxiv = re.search(r"arXiv[: ]*(\d{2})(\d{2})\.(\d{4,5})", source)
     if arxiv:
-        return 2000 + int(arxiv.group(1)), int(arxiv.group(2))
+        return 2000 + int(arxiv.group(1)), int(arxiv.group(2)), int(arxiv.group(3))
     years = [int(y) for y in re.findall(r"\b(20\d{2})\b", source)]
     years += [2000 + int(y) for y in re.findall(r"'(\d{2})\b", source)]
-    return (max(years), 1) if years else None
+    return (max(years), 1, 0) if years else None
 
 
 def software_of(row: dict) -> dict:

@@ -24,13 +24,15 @@ from hardware_specs.cluster import ClusterSpec
 from hardware_specs.fabric import FabricKind
 
 
-class LinkKind(enum.Enum):
-    NIC_TX = "nic_tx"
-    NIC_RX = "nic_rx"
-    LEAF_UP = "leaf_up"
-    LEAF_DOWN = "leaf_down"
-    POD_UP = "pod_up"
-    POD_DOWN = "pod_down"
+class LinkKind(enum.IntEnum):
+    """Integer-valued so that links hash fast: the flow model handles millions of them."""
+
+    NIC_TX = 0
+    NIC_RX = 1
+    LEAF_UP = 2
+    LEAF_DOWN = 3
+    POD_UP = 4
+    POD_DOWN = 5
 
 
 Link = tuple[LinkKind, int]

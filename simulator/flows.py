@@ -7,12 +7,20 @@ one progress fraction and its rate is in fractions per second. Rates follow prog
 until a link saturates, freeze the transfers crossing it, repeat. Rates are recomputed whenever
 a transfer starts or ends; between those instants they are constant, so the next completion is
 known exactly and one timer is enough.
+
+Links that carry the same bytes of the same transfers and have the same capacity behave as one
+(the rank-class symmetry makes thousands of NIC links identical), so the links in use are kept
+as *regions*: sets of links with one capacity and one list of (transfer, bytes). A transfer
+starting splits regions by set intersection; one ending merges them back. Progressive filling
+then runs over a handful of regions instead of thousands of links.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import simpy
 
@@ -23,84 +31,139 @@ _EPS = 1e-12
 
 @dataclass(eq=False)
 class _Transfer:
-    loads: dict[Link, float]
+    id: int
     done: simpy.Event
     remaining: float = 1.0
     rate: float = 0.0
-    links: tuple[Link, ...] = field(default=())
+
+
+@dataclass(eq=False)
+class _Region:
+    links: frozenset[Link]
+    capacity: float
+    members: tuple[tuple[int, float], ...]
+    """(transfer id, bytes per link) of every transfer crossing these links."""
+
+
+Piece = tuple[frozenset[Link], float, float]
+"""Links of one transfer that carry the same bytes and have the same capacity."""
 
 
 class FlowNetwork:
     def __init__(self, env: simpy.Environment, capacity: Callable[[Link], float]):
         self.env = env
         self.capacity = capacity
-        self.active: list[_Transfer] = []
+        self.active: dict[int, _Transfer] = {}
+        self.regions: list[_Region] = []
         self.last_update = 0.0
         self.generation = 0
         self.recomputes = 0
+        self._ids = itertools.count()
+        self._pieces: dict[int, tuple[tuple, tuple[Piece, ...]]] = {}
 
     def transfer(self, loads: tuple[tuple[Link, float], ...]) -> simpy.Event:
         """Start a transfer; the event fires when every link has carried its bytes."""
         done = self.env.event()
-        useful = {link: b for link, b in loads if b > 0}
-        if not useful:
+        pieces = self._split(loads)
+        if not pieces:
             done.succeed()
             return done
         self._advance()
-        self.active.append(_Transfer(useful, done, links=tuple(useful)))
+        t = _Transfer(next(self._ids), done)
+        self.active[t.id] = t
+        self._join(t.id, pieces)
         self._reschedule()
         return done
 
+    def _split(self, loads: tuple[tuple[Link, float], ...]) -> tuple[Piece, ...]:
+        """Group a transfer's links by (bytes, capacity); memoised per loads tuple."""
+        hit = self._pieces.get(id(loads))
+        if hit is not None and hit[0] is loads:
+            return hit[1]
+        groups: dict[tuple[float, float], set[Link]] = defaultdict(set)
+        for link, b in loads:
+            if b > 0:
+                groups[(b, self.capacity(link))].add(link)
+        pieces = tuple((frozenset(links), b, cap) for (b, cap), links in groups.items())
+        self._pieces[id(loads)] = (loads, pieces)
+        return pieces
+
+    # --- regions -------------------------------------------------------------------------
+    def _join(self, tid: int, pieces: tuple[Piece, ...]) -> None:
+        left = [[links, b, cap] for links, b, cap in pieces]
+        out: list[_Region] = []
+        for region in self.regions:
+            rest = region.links
+            for piece in left:
+                if piece[2] != region.capacity or not piece[0]:
+                    continue
+                shared = rest & piece[0]
+                if shared:
+                    out.append(_Region(shared, region.capacity, region.members + ((tid, piece[1]),)))
+                    rest = rest - shared
+                    piece[0] = piece[0] - shared
+                    if not rest:
+                        break
+            if rest:
+                out.append(_Region(rest, region.capacity, region.members))
+        out += [_Region(links, cap, ((tid, b),)) for links, b, cap in left if links]
+        self.regions = out
+
+    def _leave(self, tid: int) -> None:
+        merged: dict[tuple, set[Link]] = {}
+        for region in self.regions:
+            members = tuple(m for m in region.members if m[0] != tid)
+            if members:
+                merged.setdefault((region.capacity, members), set()).update(region.links)
+        self.regions = [_Region(frozenset(links), cap, members)
+                        for (cap, members), links in merged.items()]
+
+    # --- rates ---------------------------------------------------------------------------
     def _advance(self) -> None:
         """Move every transfer forward to now at its current rate."""
         now = self.env.now
         elapsed = now - self.last_update
         if elapsed > 0:
-            for t in self.active:
+            for t in self.active.values():
                 t.remaining -= t.rate * elapsed
         self.last_update = now
 
     def _rates(self) -> None:
         self.recomputes += 1
-        residual: dict[Link, float] = {}
-        users: dict[Link, list[_Transfer]] = {}
-        for t in self.active:
+        residual = [r.capacity for r in self.regions]
+        for t in self.active.values():
             t.rate = 0.0
-            for link in t.links:
-                if link not in residual:
-                    residual[link] = self.capacity(link)
-                    users[link] = []
-                users[link].append(t)
         unfrozen = set(self.active)
         level = 0.0
         while unfrozen:
-            best, bottlenecks = None, []
-            for link, ts in users.items():
-                demand = sum(t.loads[link] for t in ts if t in unfrozen)
+            best, bottlenecks, demands = None, [], []
+            for i, region in enumerate(self.regions):
+                demand = sum(b for tid, b in region.members if tid in unfrozen)
+                demands.append(demand)
                 if demand <= 0:
                     continue
-                step = residual[link] / demand
+                step = residual[i] / demand
                 if best is None or step < best - _EPS:
-                    best, bottlenecks = step, [link]
+                    best, bottlenecks = step, [i]
                 elif abs(step - best) <= _EPS:
-                    bottlenecks.append(link)
+                    bottlenecks.append(i)
             if best is None:
                 break
             level += best
-            for link, ts in users.items():
-                residual[link] -= best * sum(t.loads[link] for t in ts if t in unfrozen)
-            for link in bottlenecks:
-                for t in users[link]:
-                    if t in unfrozen:
-                        t.rate = level
-                        unfrozen.discard(t)
+            for i, demand in enumerate(demands):
+                residual[i] -= best * demand
+            for i in bottlenecks:
+                for tid, _ in self.regions[i].members:
+                    if tid in unfrozen:
+                        self.active[tid].rate = level
+                        unfrozen.discard(tid)
 
     def _reschedule(self) -> None:
         self._rates()
         self.generation += 1
         if not self.active:
             return
-        wait = min(t.remaining / t.rate for t in self.active if t.rate > 0)
+        wait = min(t.remaining / t.rate for t in self.active.values() if t.rate > 0)
         self.env.process(self._timer(self.generation, max(wait, 0.0)))
 
     def _timer(self, generation: int, wait: float):
@@ -108,8 +171,9 @@ class FlowNetwork:
         if generation != self.generation:
             return
         self._advance()
-        finished = [t for t in self.active if t.remaining <= 1e-9]
-        self.active = [t for t in self.active if t.remaining > 1e-9]
+        finished = [t for t in self.active.values() if t.remaining <= 1e-9]
         for t in finished:
+            del self.active[t.id]
+            self._leave(t.id)
             t.done.succeed()
         self._reschedule()

@@ -18,10 +18,10 @@ def test_bundled_runs_keep_their_provenance():
 
 
 @pytest.mark.parametrize("source, date", [
-    ("Narayanan et al. (SC'21, arXiv 2104.04473)", (2021, 4)),
-    ("Korthikanti et al. 2022, arXiv 2205.05198", (2022, 5)),
+    ("Narayanan et al. (SC'21, arXiv 2104.04473)", (2021, 4, 4473)),
+    ("Korthikanti et al. 2022, arXiv 2205.05198", (2022, 5, 5198)),
     ("mosaicml/llm-foundry benchmarking README", None),
-    ("BLOOM, 2022", (2022, 1)),
+    ("BLOOM, 2022", (2022, 1, 0)),
 ])
 def test_publication_dates(source, date):
     assert publication_date(source) == date
@@ -31,6 +31,8 @@ def test_software_era_follows_the_source_date():
     old = software_of({"source": "arXiv 2104.04473"})
     assert old == {"attention": "standard", "zero3_granularity": "tensor", "zero3_prefetch": False}
     assert software_of({"source": "arXiv 2407.21783"}) == {}
+    # Same month as FlashAttention (2205.14135), but before it.
+    assert software_of({"source": "arXiv 2205.05198"})["attention"] == "standard"
     assert software_of({"source": "arXiv 2104.04473", "attention": "flash"})["attention"] == "flash"
 
 

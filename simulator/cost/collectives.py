@@ -157,7 +157,7 @@ class CollectivePlanner:
                         dst = there[i % len(there)]
                         for link in self.topology.path(src, dst):
                             loads[link] += share
-            hit = self._unit[key] = tuple(sorted(loads.items(), key=lambda kv: (kv[0][0].value, kv[0][1])))
+            hit = self._unit[key] = tuple(sorted(loads.items()))
         return hit
 
     def direct_unit_loads(self, instances: tuple[tuple[int, ...], ...]) -> tuple[tuple[Link, float], ...]:
