@@ -258,3 +258,46 @@ def test_optimizer_kernels_use_their_own_curve_or_else_the_elementwise_one(profi
     older = replace(profile.device, efficiency=replace(eff, curves={
         op: c for op, c in eff.curves.items() if op is not OpClass.OPTIMIZER}))
     assert ComputeModel(older).efficiency(adam) == eff.curves[OpClass.ELEMENTWISE](28e6)
+
+
+def test_in_training_factor_is_predicted_over_measured_reference_step(catalog, tmp_path):
+    from analysis.calibration.fit import reference_prediction
+    base = fit_profile(document(), catalog.device("cpu-core"), catalog.nodes["cpu-host"], "x")
+    assert base.device.efficiency.in_training == {}
+    reference = {"kind": "reference_step", "time_s": 1.0, "training": {
+        "seq_len": 64, "global_batch": 2, "micro_batch": 1, "precision": "fp32"},
+        "model": {"name": "ref", "layers": 2, "hidden": 128, "heads": 2, "vocab": 256,
+                  "position": "learned", "max_positions": 64}}
+    predicted = reference_prediction(reference, base.device)
+    slower = dict(reference, time_s=predicted / 0.8)
+    p = fit_profile(document(synthetic_records() + [slower]), catalog.device("cpu-core"),
+                    catalog.nodes["cpu-host"], "x")
+    assert p.device.efficiency.in_training == {op: pytest.approx(0.8) for op in OpClass}
+    path = tmp_path / "x.yaml"
+    path.write_text(profile_yaml(p))
+    loaded = load_catalog([path]).device("x").efficiency.in_training
+    assert loaded[OpClass.MATMUL] == pytest.approx(0.8, rel=1e-5)
+
+
+MEASURED = REPO / "analysis" / "data" / "calibration" / "2026-11-29-amd-epyc-2-cores"
+
+
+def test_committed_profile_is_what_fit_makes_of_the_committed_measurements(catalog, tmp_path):
+    """The data folder is reproducible: refitting its microbench.json gives its profile.yaml,
+    which loads like any catalog file and carries the measurement's provenance."""
+    doc = json.loads((MEASURED / "microbench.json").read_text())
+    refit = fit_profile(doc, catalog.device("cpu-core"), catalog.nodes["cpu-host"], "profile")
+    path = tmp_path / "profile.yaml"
+    path.write_text(profile_yaml(refit))
+    assert path.read_text() == (MEASURED / "profile.yaml").read_text()
+    device = load_catalog([MEASURED / "profile.yaml"]).device("profile")
+    assert device.provenance["date"].startswith("2026-11-29")
+    assert device.provenance["torch"].startswith("2.13.0")
+
+
+def test_committed_validation_beats_the_uncalibrated_entry_on_average():
+    rows = json.loads((MEASURED / "validate.json").read_text())
+    assert {r["strategy"] for r in rows} == {"dp2", "fsdp2", "tp2", "pp2", "dp2xtp2"}
+    calibrated = sum(abs(r["error"]) for r in rows) / len(rows)
+    uncalibrated = sum(abs(r["baseline_error"]) for r in rows) / len(rows)
+    assert calibrated < 0.2 < uncalibrated

@@ -32,7 +32,8 @@ def reference():
     return measure(job(), Timing(steps=1, warmup=2))
 
 
-@pytest.mark.parametrize("strategy", [dict(dp=2), dict(dp=2, zero=3), dict(tp=2), dict(pp=2)])
+@pytest.mark.parametrize("strategy", [dict(dp=2), dict(dp=2, zero=3), dict(tp=2), dict(pp=2)],
+                         ids=["dp2", "fsdp2", "tp2", "pp2"])
 def test_parallel_job_trains_exactly_like_one_process(reference, strategy):
     """Same seed, same global batch: the loss of every step (after real Adam updates through
     DDP, FSDP, Megatron TP or 1F1B) equals the single-process loss. A wrong gradient

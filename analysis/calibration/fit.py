@@ -13,6 +13,10 @@
   one pass that drops outliers (a measurement more than twice off the first fit: scheduler
   noise).
 
+- In training: a whole step of a reference GPT, timed on every rank at once, against the step
+  the fitted curves predict for it; the ratio becomes the device's ``in_training`` factor
+  (caches shared with the other ranks, a working set beyond them, autograd's bookkeeping).
+
 The profile keeps the base entry's datasheet fields (memory size, TDP, node layout) and
 replaces what was measured; it is stamped with the microbenchmark's provenance.
 """
@@ -20,6 +24,7 @@ replaces what was measured; it is stamped with the microbenchmark's provenance.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -30,7 +35,13 @@ from hardware_specs import DeviceSpec, Dtype, EfficiencyCurve, NodeSpec, OpClass
 from hardware_specs.device import DeviceEfficiency
 from hardware_specs.efficiency import MEMORY_BOUND
 from hardware_specs.measured_comm import AlphaBeta, CommOp
+from simulator.cost.compute import ComputeModel
 from simulator.cost.measured import ring_steps_and_traffic
+from workloads import Job, Strategy
+from workloads.builder import build_trace
+from workloads.model import from_mapping
+from workloads.trace import ComputeOp
+from workloads.training import training_from_mapping
 
 ELEMENT_BYTES = 4.0
 """The microbenchmarks run FP32 tensors (``layer_ops``: FP32 activations are 4 bytes)."""
@@ -53,6 +64,8 @@ kernels of one size bin are pooled."""
 ADAM_BYTES_PER_PARAM = 28.0
 """``layer_ops.optimizer_step`` for FP32 training: read master, m, v, gradient; write master,
 m, v (16 + 12 bytes)."""
+IN_TRAINING_MIN = 0.05
+"""Smallest in-training factor the catalog accepts."""
 BINS_PER_DECADE = 3
 MAX_FRACTION = 1.5
 """Largest fraction a curve may hold (``EfficiencyCurve``); a faster measurement raises the
@@ -171,6 +184,27 @@ def comm_fits(records: Iterable[Mapping]) -> dict[CommOp, AlphaBeta]:
     return {op: fit_alpha_beta(pts, op) for op, pts in sorted(by_op.items(), key=lambda kv: kv[0].value)}
 
 
+def in_training_factor(records: Iterable[Mapping], device: DeviceSpec) -> float | None:
+    """Predicted over measured time of the reference training step (``reference_step``
+    records): the fraction of isolated-kernel speed kernels keep inside a real step, applied
+    to every op class. None without such a record."""
+    ref = [r for r in records if r.get("kind") == "reference_step" and r.get("time_s", 0) > 0]
+    if not ref:
+        return None
+    factors = [reference_prediction(r, device) / r["time_s"] for r in ref]
+    return min(MAX_FRACTION, max(IN_TRAINING_MIN, statistics.median(factors)))
+
+
+def reference_prediction(record: Mapping, device: DeviceSpec) -> float:
+    """The compute time of a ``reference_step`` record's job, one rank on ``device``."""
+    job = Job(from_mapping(record["model"], "microbench.reference.model"),
+              training_from_mapping(record["training"], "microbench.reference.training"),
+              Strategy()).checked(1)
+    model = ComputeModel(device)
+    return sum(model.op_time(op) for prog in build_trace(job).programs
+               for op in prog.ops if isinstance(op, ComputeOp))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Profile:
     """A calibrated device and node, ready to write as a catalog file."""
@@ -207,6 +241,10 @@ def fit_profile(doc: Mapping, base_device: DeviceSpec, base_node: NodeSpec, name
                      memory_bandwidth=bandwidth, efficiency=efficiency, default_node=name,
                      provenance=provenance,
                      source=f"calibrated by clustersim calibrate from {base_device.name}")
+    factor = in_training_factor(records, device)
+    if factor is not None:
+        device = replace(device, efficiency=replace(
+            efficiency, in_training={op: factor for op in OpClass}))
     fits = comm_fits(records)
     node = replace(base_node, name=name, device=name, measured_comm=fits,
                    source=f"calibrated by clustersim calibrate from {base_node.name}; "
@@ -239,6 +277,7 @@ def profile_document(profile: Profile) -> dict:
         "efficiency": {
             "matmul": float(_g(eff.matmul)), "attention": float(_g(eff.attention)),
             "memory": float(_g(eff.memory)),
+            "in_training": {op.value: float(_g(v)) for op, v in eff.in_training.items()},
             "curves": {op.value: {"sizes": [float(_g(s)) for s in c.sizes],
                                   "fractions": [float(_g(f)) for f in c.fractions]}
                        for op, c in eff.curves.items()},

@@ -23,7 +23,13 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from workloads import Job, Strategy
+from workloads.model import from_mapping
+from workloads.training import training_from_mapping
+
+from analysis.calibration.gpt import Stage, TensorGroup
 from analysis.calibration.launch import RankEnv, run_ranks, synchronize
+from analysis.calibration.train import batches
 
 MICROBENCH_VERSION = 1
 TRIAL_S = 0.01
@@ -175,6 +181,47 @@ def _optimizer_items(plan: Plan, device) -> list[tuple[dict, Callable[[], object
     return items
 
 
+REFERENCE_MODEL = {"name": "reference-gpt", "layers": 2, "hidden": 384, "heads": 6,
+                   "vocab": 1024, "mlp": "gelu", "position": "learned", "max_positions": 256}
+REFERENCE_TRAINING = {"seq_len": 256, "global_batch": 4, "micro_batch": 2, "precision": "fp32"}
+"""A whole training step, timed on every rank at once: how much slower kernels run inside a
+step (a working set beyond the caches, the other ranks' memory traffic, autograd) than alone.
+Deliberately another shape than the GPT that ``calibrate validate`` trains."""
+
+
+def reference_job() -> Job:
+    return Job(from_mapping(REFERENCE_MODEL), training_from_mapping(REFERENCE_TRAINING),
+               Strategy()).checked(1)
+
+
+def _reference_step(env: RankEnv, trials: int) -> dict:
+    job = reference_job()
+    device = env.torch_device()
+    m = job.model
+    stage = Stage(m, job.training.seq_len, range(m.layers), True, True, TensorGroup(),
+                  seed=env.rank).to(device)
+    opt = torch.optim.Adam(stage.parameters(), lr=1e-3, fused=True)
+    data = batches(job, 0, env.rank, device)
+
+    def step() -> None:
+        for x, y in data:
+            (stage(x, y) / len(data)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    for _ in range(2):
+        step()
+    dist.barrier()
+    times = []
+    for _ in range(2 * trials):
+        synchronize(env)
+        start = time.perf_counter()
+        step()
+        synchronize(env)
+        times.append(time.perf_counter() - start)
+    return {"kind": "reference_step", "model": REFERENCE_MODEL, "training": REFERENCE_TRAINING,
+            "time_s": statistics.median(times)}
+
+
 def compute_rank(env: RankEnv, plan: Plan) -> list[dict]:
     """Every compute item on this rank, in lockstep with the other ranks."""
     device = env.torch_device()
@@ -184,15 +231,22 @@ def compute_rank(env: RankEnv, plan: Plan) -> list[dict]:
         for meta, fn in make(plan, device):
             dist.barrier()
             records.append(meta | {"time_s": _median_time(fn, env, plan.trials)})
+    records.append(_reference_step(env, plan.trials))
     return records
 
 
 def comm_rank(env: RankEnv, plan: Plan) -> list[dict]:
     """Collectives of this world over message sizes (bytes as nccl-tests counts them: the
     all-reduce buffer, the gathered all-gather output, the reduce-scatter input), and one-way
-    point-to-point time from a ping-pong between ranks 0 and 1."""
+    point-to-point time from a ping-pong between ranks 0 and 1.
+
+    Each timed collective follows a burst of compute with no barrier between, as in a training
+    step: started that way, a gloo all-reduce of 512 KiB on two cores took 2.5x its time after
+    a barrier (0.9 ms alone, 2.2-2.8 ms after a 2 ms GEMM: the peer's data arrives while the
+    receiver computes, and its communication thread must be woken)."""
     device = env.torch_device()
     w = env.world
+    burst = _compute_burst(device)
     records = []
     for nbytes in plan.message_bytes:
         n = max(w, nbytes // 4 // w * w)
@@ -201,24 +255,13 @@ def comm_rank(env: RankEnv, plan: Plan) -> list[dict]:
             "all_reduce": lambda: dist.all_reduce(full),
             "all_gather": lambda: dist.all_gather_single(full, part),
             "reduce_scatter": lambda: dist.reduce_scatter_single(part, full),
+            "send_recv": _ping_pong(env, full),
         }
-        if env.rank < 2:
-            peer = 1 - env.rank
-            def ping_pong():
-                if env.rank == 0:
-                    dist.send(full, peer)
-                    dist.recv(full, peer)
-                else:
-                    dist.recv(full, peer)
-                    dist.send(full, peer)
-        else:
-            def ping_pong():
-                return None
-        ops["send_recv"] = ping_pong
         for op, fn in ops.items():
+            dist.barrier()
             times = []
             for _ in range(plan.trials * 3):
-                dist.barrier()
+                burst()
                 synchronize(env)
                 start = time.perf_counter()
                 fn()
@@ -228,6 +271,28 @@ def comm_rank(env: RankEnv, plan: Plan) -> list[dict]:
             records.append({"kind": "collective", "op": op, "world": w, "bytes": 4 * n,
                             "time_s": t / 2 if op == "send_recv" else t})
     return records
+
+
+def _compute_burst(device) -> Callable[[], object]:
+    """About 0.2 GFLOP of GEMM (a QKV projection of 512 tokens at h = 256): ~2 ms on a core."""
+    a, w = torch.randn(512, 256, device=device), torch.randn(768, 256, device=device)
+    return lambda: torch.mm(a, w.t())
+
+
+def _ping_pong(env: RankEnv, buf: torch.Tensor) -> Callable[[], None]:
+    """Ranks 0 and 1 send ``buf`` there and back (others idle): twice the one-way time."""
+    if env.rank >= 2:
+        return lambda: None
+    peer = 1 - env.rank
+
+    def run() -> None:
+        if env.rank == 0:
+            dist.send(buf, peer)
+            dist.recv(buf, peer)
+        else:
+            dist.recv(buf, peer)
+            dist.send(buf, peer)
+    return run
 
 
 def provenance(device: str, threads: int) -> dict:

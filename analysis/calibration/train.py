@@ -129,7 +129,7 @@ class LayerGradients:
         self.armed = False
 
 
-def _batches(job: Job, dp_rank: int, seed: int, device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def batches(job: Job, dp_rank: int, seed: int, device) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """This replica's micro-batches of random tokens (inputs, next-token targets); the global
     batch is the same whatever the strategy."""
     t = job.training
@@ -175,7 +175,7 @@ class _Runner:
             self.reducer = LayerGradients(parts, g.of[Axis.DP], s.dp)
         self.module = module
         self.optimizer = torch.optim.Adam(module.parameters(), lr=1e-3, fused=True)
-        self.batches = _batches(job, g.coords[Axis.DP], seed, self.device)
+        self.batches = batches(job, g.coords[Axis.DP], seed, self.device)
         self.phases: dict[str, float] = {}
 
     def _timed(self, phase: str, fn):
