@@ -194,7 +194,7 @@ def _validate(args: argparse.Namespace, profile: Path, json_out: Path | None,
               report_out: Path | None) -> int:
     from analysis.calibration.compare import compare, profile_device
     from analysis.calibration.report import summary_lines, table, write_report
-    from analysis.calibration.train import Timing, measure
+    from analysis.calibration.train import Timing, check_runnable, measure
     if args.repeat < 1 or args.steps < 1 or args.warmup < 0:
         raise SpecError("--repeat", "expected --repeat >= 1, --steps >= 1, --warmup >= 0")
     catalog = list(args.catalog) + [profile]
@@ -206,7 +206,7 @@ def _validate(args: argparse.Namespace, profile: Path, json_out: Path | None,
     timing = Timing(steps=args.steps, warmup=args.warmup, seed=args.seed)
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     rows = compare(strategies, device=name, catalog=catalog, repeats=args.repeat,
-                   baseline=baseline, threads=args.threads, progress=_say,
+                   baseline=baseline, threads=args.threads, progress=_say, check=check_runnable,
                    measure=lambda job: measure(job, timing, device=device, threads=args.threads))
     print(table(rows, baseline))
     for line in summary_lines(rows, baseline):

@@ -78,3 +78,13 @@ def test_calibrate_all_end_to_end(tmp_path):
             r["predicted_step_time_s"] / r["measured_step_time_s"] - 1)
     assert (out / "report.md").read_text().count("dp2") >= 2
     assert (out / "report.png").stat().st_size > 1000
+
+
+def test_validate_rejects_a_strategy_before_any_real_run():
+    profile = REPO / "analysis" / "data" / "calibration" / "2026-11-29-amd-epyc-2-cores" / \
+        "profile.yaml"
+    run = subprocess.run(
+        [sys.executable, "-m", "analysis.cli", "calibrate", "validate", "--profile", str(profile),
+         "--strategies", "dp2,tp2xpp2"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2
+    assert "error: strategy: tp with pp" in run.stderr and "run 1 of" not in run.stderr

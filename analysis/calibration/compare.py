@@ -137,15 +137,18 @@ class Comparison:
 def compare(strategies: Sequence[str], *, device: str, catalog: Sequence[str | Path],
             measure: Callable[[Job], object], repeats: int = 1, baseline: str | None = None,
             cores: int | None = None, threads: int = 1,
+            check: Callable[[Job], None] = lambda _: None,
             progress: Callable[[str], None] = lambda _: None) -> list[Comparison]:
     """Each strategy: predicted with ``device`` (and ``baseline``), then measured ``repeats``
     times with ``measure(job)``, which returns a ``train.Measured``, the strategies taking turns.
-    Predictions come first, so a strategy the simulator rejects fails before any real run."""
+    Predictions and ``check`` (can the real job run it?) come first, so a strategy either
+    rejects fails before any real run."""
     cores = cores or host_cores()
     plans = []
     for text in strategies:
         strategy = parse_strategy(text)
         config = calibration_config(strategy, device, catalog)
+        check(config.job)
         predicted = predict(config, cores, threads).step_time_s
         base = None
         if baseline:
