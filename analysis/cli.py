@@ -9,12 +9,12 @@ import sys
 from hardware_specs import SpecError
 
 from analysis import (
-    calibrate_cmd, compare_cmd, failures_cmd, hardware_cmd, report, simulate_cmd, sweep_cmd,
-    validate,
+    calibrate_cmd, collective_cmd, compare_cmd, failures_cmd, hardware_cmd, report, simulate_cmd,
+    sweep_cmd, validate,
 )
 
-COMMANDS = (simulate_cmd, sweep_cmd, compare_cmd, failures_cmd, report, hardware_cmd, validate,
-            calibrate_cmd)
+COMMANDS = (simulate_cmd, sweep_cmd, compare_cmd, failures_cmd, report, collective_cmd,
+            hardware_cmd, validate, calibrate_cmd)
 """Command modules, in the order ``--help`` lists them."""
 
 
