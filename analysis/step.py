@@ -57,12 +57,11 @@ def simulation_options(config: RunConfig) -> SimulationOptions:
     options = SimulationOptions(
         network=f.choice("network", NetworkMode, NetworkMode.FLOW),
         algorithms=algorithms,
-        comm_slowdown_when_overlapped=f.number(
-            "comm_slowdown_when_overlapped", DEFAULT_OPTIONS.comm_slowdown_when_overlapped,
-            minimum=0.0),
-        compute_slowdown_when_overlapped=f.number(
-            "compute_slowdown_when_overlapped", DEFAULT_OPTIONS.compute_slowdown_when_overlapped,
-            minimum=0.0),
+        comm_slowdown_when_overlapped=f.number("comm_slowdown_when_overlapped", None, minimum=0.0)
+        if f.has("comm_slowdown_when_overlapped") else None,
+        compute_slowdown_when_overlapped=f.number("compute_slowdown_when_overlapped", None,
+                                                  minimum=0.0)
+        if f.has("compute_slowdown_when_overlapped") else None,
         expand=f.boolean("expand", False),
         record=True,
     )

@@ -35,6 +35,11 @@ class DeviceEfficiency:
     """Fraction of HBM bandwidth a streaming element-wise kernel reaches."""
     matmul_fp8: float = 0.0
     """As ``matmul`` for FP8 GEMMs (0: same as ``matmul``)."""
+    compute_slowdown_when_overlapped: float = 0.0
+    """Extra fraction of time compute takes while a transfer of the same rank moves data: the
+    same cores (gloo on a CPU) or SMs (NCCL kernels) do both. Calibration measures it."""
+    comm_slowdown_when_overlapped: float = 0.0
+    """Extra fraction of time a transfer takes when it starts while compute runs."""
     in_training: Mapping[OpClass, float] = field(default_factory=dict)
     """Factor from isolated-kernel throughput to what a real training step sustains, by op
     class (clocks under the power cap with every GPU busy, cold caches, framework gaps);
@@ -117,6 +122,10 @@ def read_device(f: Fields) -> DeviceSpec:
         memory=eff.number("memory", minimum=0.01, maximum=1.0),
         matmul_fp8=eff.number("matmul_fp8", 0.0, minimum=0.0, maximum=1.0),
         in_training=in_training,
+        compute_slowdown_when_overlapped=eff.number("compute_slowdown_when_overlapped", 0.0,
+                                                    minimum=0.0),
+        comm_slowdown_when_overlapped=eff.number("comm_slowdown_when_overlapped", 0.0,
+                                                 minimum=0.0),
         curves=curves,
     )
     eff.done()

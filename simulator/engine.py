@@ -25,6 +25,7 @@ from hardware_specs import ClusterSpec, Dtype
 from simulator.classes import RankClass, rank_classes
 from simulator.cost.compute import ComputeModel
 from simulator.cost.collectives import COPY_KERNEL_S, Algorithm, Plan
+from simulator.cost.measured import MeasuredNetwork
 from simulator.cost.network import Instances, NetworkModel
 from simulator.flows import FlowNetwork
 from simulator.result import AXES, Breakdown, ClassSummary, OpRecord, StepResult
@@ -45,12 +46,13 @@ class NetworkMode(enum.Enum):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SimulationOptions:
-    comm_slowdown_when_overlapped: float = 0.0
+    comm_slowdown_when_overlapped: float | None = None
     """Extra fraction of time a collective takes when it starts while the compute stream is
     busy (NCCL kernels and GEMMs compete for SMs and HBM; vTrain, MICRO'24, measured NCCL ~30%
-    slower inside training than alone)."""
-    compute_slowdown_when_overlapped: float = 0.0
-    """Extra fraction of time a compute op takes when communication is in flight on its rank."""
+    slower inside training than alone). None: the device's own figure."""
+    compute_slowdown_when_overlapped: float | None = None
+    """Extra fraction of time a compute op takes when a transfer of its rank is moving data
+    (the same cores or SMs do both). None: the device's own figure."""
     expand: bool = False
     """Simulate every rank on its own (for checking the rank-class collapse)."""
     record: bool = True
@@ -122,7 +124,15 @@ class StepSimulation:
         """``compute`` and ``network`` replace the default cost models (tests, calibration)."""
         self.trace, self.cluster, self.options, self.faults = trace, cluster, options, faults
         self.compute = compute or ComputeModel(cluster.device)
-        self.network = network or NetworkModel(cluster, options.algorithms)
+        model = MeasuredNetwork if cluster.node.measured_comm else NetworkModel
+        self.network = network or model(cluster, options.algorithms)
+        eff = cluster.device.efficiency
+        self.comm_overlap = (options.comm_slowdown_when_overlapped
+                             if options.comm_slowdown_when_overlapped is not None
+                             else eff.comm_slowdown_when_overlapped)
+        self.compute_overlap = (options.compute_slowdown_when_overlapped
+                                if options.compute_slowdown_when_overlapped is not None
+                                else eff.compute_slowdown_when_overlapped)
         self.env = simpy.Environment()
         self.flows = (FlowNetwork(self.env, self.network.topology.capacity)
                       if options.network is NetworkMode.FLOW else None)
@@ -208,8 +218,8 @@ class StepSimulation:
         env = self.env
         start = env.now
         duration = self.compute.op_time(op) * st.compute_slow
-        if st.comms_in_flight and self.options.compute_slowdown_when_overlapped:
-            duration *= 1.0 + self.options.compute_slowdown_when_overlapped
+        if st.comms_in_flight and self.compute_overlap:
+            duration *= 1.0 + self.compute_overlap
         st.compute_busy_until = start + duration
         yield env.timeout(duration)
         self._done(st, op, start, op.phase.value)
@@ -218,24 +228,30 @@ class StepSimulation:
         """Bandwidth slowdown of a transfer: degraded links of its members, and interference
         when it starts while their compute streams are busy."""
         factor = self._link_factor(classes)
-        slowdown = self.options.comm_slowdown_when_overlapped
+        slowdown = self.comm_overlap
         if slowdown and any(self.states[c].compute_busy_until > self.env.now for c in classes):
             factor *= 1.0 + slowdown
         return factor
 
-    def _transfer(self, plan: Plan, factor: float, extra_s: float = 0.0):
-        """Run a plan: latency plus the longer of its NVLink part and its network part, the
-        network part shared with other traffic under the flow model."""
+    def _transfer(self, plan: Plan, classes, extra_s: float = 0.0):
+        """Run a plan for ``classes``: latency plus the longer of its NVLink part and its
+        network part, the network part shared with other traffic under the flow model. While
+        it runs, those classes count it as a transfer in flight."""
         env = self.env
+        factor = self._stretch(classes)
         if factor != 1.0:
             plan = plan.scaled(factor)
+        for c in classes:
+            self.states[c].comms_in_flight += 1
         if self.flows is None or not plan.loads:
             yield env.timeout(plan.time(self.network.topology) + extra_s)
-            return
-        start = env.now
-        yield self.flows.transfer(plan.loads)
-        elapsed = env.now - start
-        yield env.timeout(plan.latency_s + max(plan.intra_s, elapsed) - elapsed + extra_s)
+        else:
+            start = env.now
+            yield self.flows.transfer(plan.loads)
+            elapsed = env.now - start
+            yield env.timeout(plan.latency_s + max(plan.intra_s, elapsed) - elapsed + extra_s)
+        for c in classes:
+            self.states[c].comms_in_flight -= 1
 
     def _run_collective(self, op: CollectiveOp, st: _ClassState, classes):
         instances = self._instances(op.group, classes)
@@ -243,13 +259,12 @@ class StepSimulation:
             return
         plan = self.network.plan(op.kind, op.bytes, instances)
         copies = len(instances[0]) * COPY_KERNEL_S if op.per_rank_copies else 0.0
-        yield from self._transfer(plan, self._stretch(classes), copies)
+        yield from self._transfer(plan, classes, copies)
 
     def _collective(self, st: _ClassState, op: CollectiveOp):
         env = self.env
         sig = self._signature(st, op.group)
         arrived = env.now
-        st.comms_in_flight += 1
         needed = st.group_classes[op.group]
         if len(needed) == 1:
             # Every member of the group is in this class: nobody to wait for.
@@ -268,7 +283,6 @@ class StepSimulation:
                 rv.event.succeed()
             else:
                 yield rv.event
-        st.comms_in_flight -= 1
         self._done(st, op, arrived, _AXIS_OF_GROUP.get(op.group, "dp"))
 
     def _p2p(self, st: _ClassState, op: SendOp | RecvOp):
@@ -286,19 +300,17 @@ class StepSimulation:
         rv.arrived.add(side)
         rv.posted[side] = env.now
         posted = env.now
-        st.comms_in_flight += 1
         if len(rv.arrived) == 2:
             del self.rendezvous[key]
             if isinstance(op, RecvOp):
                 st.send_posted[op.id] = rv.posted[0]
             plan = self._p2p_plan(op, st, src, dst)
-            yield from self._transfer(plan, self._stretch((src, dst)))
+            yield from self._transfer(plan, (src,) if src == dst else (src, dst))
             rv.event.succeed()
         else:
             yield rv.event
             if isinstance(op, RecvOp):
                 st.send_posted[op.id] = rv.posted[0]
-        st.comms_in_flight -= 1
         self._done(st, op, posted, "pp")
 
     def _p2p_plan(self, op: SendOp | RecvOp, st: _ClassState, src: int, dst: int) -> Plan:

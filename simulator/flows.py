@@ -171,7 +171,11 @@ class FlowNetwork:
         if generation != self.generation:
             return
         self._advance()
-        finished = [t for t in self.active.values() if t.remaining <= 1e-9]
+        now = self.env.now
+        # Done: nothing left, or so little that finishing it would not move the clock (the
+        # leftover of floating-point rounding).
+        finished = [t for t in self.active.values()
+                    if t.remaining <= 1e-9 or (t.rate > 0 and now + t.remaining / t.rate <= now)]
         for t in finished:
             del self.active[t.id]
             self._leave(t.id)

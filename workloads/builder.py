@@ -279,12 +279,11 @@ class _StageBuilder:
                     deps = (e.recv(f"recv_fwd{slot.micro}.chunk{g}", prev_peer, p2p_bytes,
                                    _tag(_FWD_TAG, slot.micro, g)),)
                 if g == 0:
-                    deps = (e.compute(f"fwd{slot.micro}.embedding", Phase.FORWARD,
-                                      self.ops.embedding_forward(), deps),)
+                    deps = (self._embedding_forward(slot.micro, deps),)
                 for layer in layers:
                     deps = (self.layer_forward(slot.micro, layer, layers, Phase.FORWARD, deps),)
                 if g == last_global:
-                    e.compute(f"fwd{slot.micro}.head", Phase.FORWARD, self.ops.head_forward(), deps)
+                    self._head_forward(slot.micro, deps)
                 else:
                     e.send(f"send_fwd{slot.micro}.chunk{g}", next_peer, p2p_bytes,
                            _tag(_FWD_TAG, slot.micro, g + 1), deps)
@@ -294,8 +293,7 @@ class _StageBuilder:
                     deps = (e.recv(f"recv_bwd{slot.micro}.chunk{g}", next_peer, p2p_bytes,
                                    _tag(_BWD_TAG, slot.micro, g)),)
                 else:
-                    deps = (e.compute(f"bwd{slot.micro}.head", Phase.BACKWARD,
-                                      self.ops.head_backward(), deps),)
+                    deps = (self._head_backward(slot.micro, deps),)
                 last_micro = slot.micro == self.micro - 1
                 rev = layers[::-1]
                 for layer in rev:
@@ -309,9 +307,56 @@ class _StageBuilder:
         self.optimizer()
         return tuple(e.ops)
 
+    # --- embedding and LM head ---------------------------------------------------------------
+    def _tp_reduce(self, name: str, deps: tuple[int, ...]) -> int:
+        """The TP reduction of a vocab-parallel layer's output (reduce-scatter under SP)."""
+        kind = (CollectiveKind.REDUCE_SCATTER if self.s.sequence_parallel
+                else CollectiveKind.ALL_REDUCE)
+        return self.e.collective(f"{name}.tp_{kind.value}", kind, self.activation_bytes, "tp",
+                                 Stream.TP, deps)
+
+    def _embedding_forward(self, micro: int, deps: tuple[int, ...]) -> int:
+        """Vocab-parallel embedding (Megatron): each TP rank looks up its slice of the
+        vocabulary, and the partial embeddings are summed over TP."""
+        op = self.e.compute(f"fwd{micro}.embedding", Phase.FORWARD, self.ops.embedding_forward(),
+                            deps)
+        return self._tp_reduce(f"fwd{micro}.embedding", (op,)) if self.s.tp > 1 else op
+
+    def _head_forward(self, micro: int, deps: tuple[int, ...]) -> int:
+        """Final norm and vocab-parallel LM head, then the vocab-parallel cross-entropy: three
+        all-reduces of one FP32 value per token over TP (max logit, sum of exponentials,
+        target logit; Megatron's ``_VocabParallelCrossEntropy``)."""
+        e, s = self.e, self.s
+        kernels = self.ops.head_forward()
+        loss = tuple(k for k in kernels if k.name == "cross_entropy")
+        logits = tuple(k for k in kernels if k.name != "cross_entropy")
+        if s.tp == 1:
+            return e.compute(f"fwd{micro}.head", Phase.FORWARD, kernels, deps)
+        deps = self._tp_gather_if_sp(f"fwd{micro}.head", deps)
+        last = e.compute(f"fwd{micro}.head", Phase.FORWARD, logits, deps)
+        for step in ("max", "sum_exp", "target"):
+            last = e.collective(f"fwd{micro}.cross_entropy_{step}.tp_all_reduce",
+                                CollectiveKind.ALL_REDUCE, self.ops.tokens * 4.0, "tp",
+                                Stream.TP, (last,))
+        return e.compute(f"fwd{micro}.loss", Phase.FORWARD, loss, (last,))
+
+    def _head_backward(self, micro: int, deps: tuple[int, ...]) -> int:
+        """LM head gradient; its input gradient is a partial sum over the vocabulary slices."""
+        op = self.e.compute(f"bwd{micro}.head", Phase.BACKWARD, self.ops.head_backward(), deps)
+        return self._tp_reduce(f"bwd{micro}.head", (op,)) if self.s.tp > 1 else op
+
     def optimizer(self) -> None:
         e, s, m = self.e, self.s, self.m
         deps = tuple(self.grad_reduce_ops) + e.after_compute()
+        if s.dp * s.cp > 1 and (self.plan.has_embedding or self.plan.has_head):
+            # The embedding and LM-head gradients join the data-parallel reduction too.
+            table = (m.vocab * m.hidden / s.tp) * self.elem
+            kind = CollectiveKind.ALL_REDUCE if s.zero == 0 else CollectiveKind.REDUCE_SCATTER
+            for part in (["embedding"] if self.plan.has_embedding else []) + \
+                        (["head"] if self.plan.has_head and not (m.tied_embeddings and s.pp == 1)
+                         else []):
+                deps += (e.collective(f"{part}_grad.dp_{kind.value}", kind, table, "dp",
+                                      Stream.DP, e.after_compute()),)
         if m.tied_embeddings and s.pp > 1 and (self.plan.has_embedding or self.plan.has_head):
             table = m.vocab * m.hidden / s.tp * self.elem
             deps += (e.collective("embedding_grad_all_reduce", CollectiveKind.ALL_REDUCE, table,
