@@ -2,9 +2,12 @@
 
 Each transfer carries, per link, the bytes it must push through that link; all its links
 advance together (a collective finishes when its slowest part does), so a transfer's state is
-one progress fraction and its rate is in fractions per second. Rates follow progressive filling
-(Bertsekas & Gallager, Data Networks, sec. 6.5.2): raise every unfrozen transfer's rate together
-until a link saturates, freeze the transfers crossing it, repeat. Rates are recomputed whenever
+one progress fraction. Fairness is in bytes per second, as links share bandwidth among the flows
+crossing them: a transfer gets a bandwidth ``lam`` on its most loaded link and proportionally less
+on its lighter ones, and the ``lam`` of all transfers follow progressive filling (Bertsekas &
+Gallager, Data Networks, sec. 6.5.2): raise every unfrozen transfer's ``lam`` together until a
+link saturates, freeze the transfers crossing it, repeat. A small transfer sharing a link with a
+large one thus gets half the link, not half the large one's pace. Rates are recomputed whenever
 a transfer starts or ends; between those instants they are constant, so the next completion is
 known exactly and one timer is enough.
 
@@ -33,6 +36,8 @@ _EPS = 1e-12
 class _Transfer:
     id: int
     done: simpy.Event
+    heaviest: float
+    """Bytes on its most loaded link: progress rate = bandwidth there / heaviest."""
     remaining: float = 1.0
     rate: float = 0.0
 
@@ -42,7 +47,8 @@ class _Region:
     links: frozenset[Link]
     capacity: float
     members: tuple[tuple[int, float], ...]
-    """(transfer id, bytes per link) of every transfer crossing these links."""
+    """(transfer id, share of its heaviest link's bytes) of every transfer crossing these
+    links: the bandwidth it takes here per unit of its own ``lam``."""
 
 
 Piece = tuple[frozenset[Link], float, float]
@@ -69,9 +75,10 @@ class FlowNetwork:
             done.succeed()
             return done
         self._advance()
-        t = _Transfer(next(self._ids), done)
+        heaviest = max(b for _, b, _ in pieces)
+        t = _Transfer(next(self._ids), done, heaviest)
         self.active[t.id] = t
-        self._join(t.id, pieces)
+        self._join(t.id, tuple((links, b / heaviest, cap) for links, b, cap in pieces))
         self._reschedule()
         return done
 
@@ -155,7 +162,8 @@ class FlowNetwork:
             for i in bottlenecks:
                 for tid, _ in self.regions[i].members:
                     if tid in unfrozen:
-                        self.active[tid].rate = level
+                        t = self.active[tid]
+                        t.rate = level / t.heaviest
                         unfrozen.discard(tid)
 
     def _reschedule(self) -> None:

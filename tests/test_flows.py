@@ -10,7 +10,9 @@ from simulator.flows import FlowNetwork
 
 
 def reference_completions(transfers, capacity):
-    """Event-by-event max-min fair sharing, link by link, with no grouping: the definition."""
+    """Event-by-event max-min fair sharing of bytes per second, link by link, with no
+    grouping: the definition. A transfer's bandwidth on a link is its level times the link's
+    share of its heaviest link's bytes; its progress rate is its level over those bytes."""
     now, active, done = 0.0, {}, {}
     pending = sorted(transfers, key=lambda t: t[1])
     while pending or active:
@@ -22,10 +24,15 @@ def reference_completions(transfers, capacity):
             for link, b in transfers_by_name[name]:
                 residual.setdefault(link, capacity(link))
         level = 0.0
+        heaviest = {n: max(b for _, b in transfers_by_name[n]) for n in active}
+
+        def share(n, link):
+            return sum(b for l2, b in transfers_by_name[n] if l2 == link) / heaviest[n]
+
         while unfrozen:
             steps = []
             for link in residual:
-                demand = sum(b for n in unfrozen for l2, b in transfers_by_name[n] if l2 == link)
+                demand = sum(share(n, link) for n in unfrozen)
                 if demand > 0:
                     steps.append((residual[link] / demand, link))
             if not steps:
@@ -33,12 +40,11 @@ def reference_completions(transfers, capacity):
             best = min(s for s, _ in steps)
             level += best
             for link in residual:
-                residual[link] -= best * sum(b for n in unfrozen for l2, b in transfers_by_name[n]
-                                             if l2 == link)
+                residual[link] -= best * sum(share(n, link) for n in unfrozen)
             saturated = {link for s, link in steps if abs(s - best) <= 1e-12}
             for n in list(unfrozen):
                 if any(l2 in saturated for l2, _ in transfers_by_name[n]):
-                    rates[n] = level
+                    rates[n] = level / heaviest[n]
                     unfrozen.discard(n)
         next_start = pending[0][1] if pending else float("inf")
         next_end = min((active[n] / rates[n] for n in active), default=float("inf"))
@@ -87,6 +93,24 @@ def test_flow_network_matches_per_link_max_min_fairness(seed):
     assert got.keys() == expected.keys()
     for name in got:
         assert got[name] == pytest.approx(expected[name], rel=1e-9)
+
+
+def test_a_small_transfer_gets_half_the_link_not_half_the_pace_of_a_big_one():
+    env = simpy.Environment()
+    net = FlowNetwork(env, lambda link: 10.0)
+    link = (LinkKind.NIC_TX, 0)
+    ends = {}
+
+    def run(name, nbytes, start):
+        yield env.timeout(start)
+        yield net.transfer(((link, nbytes),))
+        ends[name] = env.now
+
+    env.process(run("big", 1000.0, 0.0))
+    env.process(run("small", 10.0, 1.0))
+    env.run()
+    assert ends["small"] == pytest.approx(1.0 + 10.0 / 5.0)     # half of 10 bytes/s
+    assert ends["big"] == pytest.approx((1000.0 + 10.0) / 10.0)  # the link never idles
 
 
 def test_back_to_back_transfers_late_in_a_long_run_all_finish():
