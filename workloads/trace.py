@@ -97,28 +97,27 @@ class CollectiveOp:
 
 
 @dataclass(frozen=True, slots=True)
-class SendOp:
+class _PointToPoint:
     id: int
     name: str
     group: str
     peer: int
-    """Position of the receiver within this rank's group of ``group``."""
+    """Position of the other side within this rank's group of ``group``."""
     bytes: float
     tag: int
+    """Matches a send with its recv."""
     stream: Stream = Stream.PP
     deps: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
-class RecvOp:
-    id: int
-    name: str
-    group: str
-    peer: int
-    bytes: float
-    tag: int
-    stream: Stream = Stream.PP
-    deps: tuple[int, ...] = ()
+class SendOp(_PointToPoint):
+    """Sends ``bytes`` to the peer; completes with the matching recv."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecvOp(_PointToPoint):
+    """Receives ``bytes`` from the peer."""
 
 
 @dataclass(frozen=True, slots=True)
