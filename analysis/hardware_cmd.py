@@ -8,7 +8,7 @@ import enum
 from collections.abc import Mapping
 
 from hardware_specs import Catalog, SpecError
-from hardware_specs.units import format_bytes, format_rate
+from hardware_specs.units import format_bytes, format_rate, format_time
 
 from analysis.cli_common import add_catalog_option
 from analysis.tables import render
@@ -47,6 +47,25 @@ def _plain(value):
     return value
 
 
+def _readable(key: str, value):
+    """A spec value with its unit, for people (the JSON keeps SI numbers)."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_readable(key, v)}" for k, v in value.items())
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    if "flops" in key:
+        return format_rate(value, "FLOP/s")
+    if "bandwidth" in key:
+        return format_rate(value, "B/s")
+    if key.endswith("bytes") or key in ("memory", "capacity"):
+        return format_bytes(value)
+    if key.endswith("_s"):
+        return format_time(value)
+    if key.endswith("_w"):
+        return f"{value:g} W"
+    return value
+
+
 def show(catalog: Catalog, name: str) -> tuple[str, dict]:
     """The spec called ``name`` (any section) as text and as a plain dict."""
     for section in SECTIONS:
@@ -55,7 +74,7 @@ def show(catalog: Catalog, name: str) -> tuple[str, dict]:
             data = _plain(spec)
             lines = [f"{section[:-1].replace('_', ' ')} {name}  ({catalog.origin.get((section, name), '')})"]
             for key, value in data.items():
-                lines.append(f"  {key}: {value}")
+                lines.append(f"  {key}: {_readable(key, value)}")
             return "\n".join(lines), data
     everything = sorted(n for s in SECTIONS for n in catalog.section(s))
     close = difflib.get_close_matches(name, everything, n=3)
