@@ -21,6 +21,8 @@ from hardware_specs import SpecError, load_catalog
 from analysis.cli_common import add_catalog_option, write_json
 
 MICROBENCH_FILE = "microbench.json"
+BUSY_HOST_CORES = 0.25
+"""Load of other processes (cores) above which a measurement is flagged as disturbed."""
 DEFAULT_BASE = {"cpu": "cpu-core"}
 """The uncalibrated catalog entry a profile starts from, by device type."""
 
@@ -148,7 +150,15 @@ def _microbench(args: argparse.Namespace, folder: Path) -> Path:
     path = folder / MICROBENCH_FILE
     write_json(doc, path)
     _say(f"  {len(doc['records'])} measurements in {time.perf_counter() - start:.0f} s")
+    for phase, cores in doc["setup"]["foreign_load_cores"].items():
+        _warn_if_busy(cores, f"the {phase.replace('_', ' ')} microbenchmarks")
     return path
+
+
+def _warn_if_busy(cores: float | None, what: str) -> None:
+    if cores is not None and cores > BUSY_HOST_CORES:
+        _say(f"warning: other processes kept {cores:.2f} cores busy during {what}; on a "
+             "quieter host the numbers would differ")
 
 
 def _read_microbench(folder: Path) -> dict:
@@ -211,6 +221,8 @@ def _validate(args: argparse.Namespace, profile: Path, json_out: Path | None,
     print(table(rows, baseline))
     for line in summary_lines(rows, baseline):
         print(line)
+    for r in rows:
+        _warn_if_busy(r.foreign_cores, f"the real runs of {r.strategy}")
     if json_out:
         write_json([r.to_dict() for r in rows], json_out)
         print(f"wrote {json_out}")

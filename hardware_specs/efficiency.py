@@ -29,17 +29,23 @@ class OpClass(enum.Enum):
     """One fused streaming pass over parameters, gradients and optimizer state; timed by bytes
     like element-wise work, whose curve and factors it uses where it has none of its own (on
     CPUs a fused Adam streams several times faster than an erf-based GeLU)."""
+    TRANSCENDENTAL = "transcendental"
+    """Element-wise kernels whose per-element math is exp, erf or tanh (activations, softmax,
+    cross-entropy): memory-bound on GPUs, where they use element-wise work's curve and factors
+    unless they have their own, but arithmetic-bound on CPUs (on the 2-core calibration host
+    an erf GeLU ran at 1.1 G elements/s and a residual add at 4.5 G elements/s)."""
 
 
-MEMORY_BOUND = frozenset((OpClass.ELEMENTWISE, OpClass.OPTIMIZER))
+MEMORY_BOUND = frozenset((OpClass.ELEMENTWISE, OpClass.OPTIMIZER, OpClass.TRANSCENDENTAL))
 """Op classes timed by bytes moved (curve sizes in bytes), not by FLOPs."""
 
 
 def for_class(values: Mapping[OpClass, T], op: OpClass) -> T | None:
-    """``values[op]``, or for the optimizer step what element-wise work has."""
+    """``values[op]``, or for the optimizer step and transcendental kernels what element-wise
+    work has."""
     if op in values:
         return values[op]
-    return values.get(OpClass.ELEMENTWISE) if op is OpClass.OPTIMIZER else None
+    return values.get(OpClass.ELEMENTWISE) if op in MEMORY_BOUND else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,8 +51,9 @@ class SimulationOptions:
     busy (NCCL kernels and GEMMs compete for SMs and HBM; vTrain, MICRO'24, measured NCCL ~30%
     slower inside training than alone). None: the device's own figure."""
     compute_slowdown_when_overlapped: float | None = None
-    """Extra fraction of time a compute op takes when a transfer of its rank is moving data
-    (the same cores or SMs do both). None: the device's own figure."""
+    """Extra fraction of time compute takes while a transfer of its rank is moving data (the
+    same cores or SMs do both): only the overlapping part of an op stretches, whether the op
+    or the transfer started first. None: the device's own figure."""
     expand: bool = False
     """Simulate every rank on its own (for checking the rank-class collapse)."""
     record: bool = True
@@ -93,7 +94,8 @@ class _ClassState:
     """Run-time state of one rank class."""
 
     __slots__ = ("cls", "ops", "finish", "arrive", "previous", "waiters", "records",
-                 "compute_busy_until", "comms_in_flight", "seq", "signature", "instances",
+                 "compute_busy_until", "comms_in_flight", "comm_busy_until", "compute_debt",
+                 "seq", "signature", "instances",
                  "compute_slow", "link_slow", "send_posted", "group_classes")
 
     def __init__(self, cls: RankClass, ops: tuple[Op, ...], slow: tuple[float, float]):
@@ -108,6 +110,10 @@ class _ClassState:
         self.records: list[OpRecord] = []
         self.compute_busy_until = 0.0
         self.comms_in_flight = 0
+        self.comm_busy_until = 0.0
+        """When the transfers in flight are expected to end (their uncontended times)."""
+        self.compute_debt = 0.0
+        """Time the running compute op owes to transfers that started while it ran."""
         self.seq: dict[str, int] = {}
         self.signature: dict[str, tuple[int, ...]] = {}
         self.group_classes: dict[str, frozenset[int]] = {}
@@ -219,9 +225,13 @@ class StepSimulation:
         start = env.now
         duration = self.compute.op_time(op) * st.compute_slow
         if st.comms_in_flight and self.compute_overlap:
-            duration *= 1.0 + self.compute_overlap
+            duration += _overlap_penalty(self.compute_overlap, duration, st.comm_busy_until - start)
         st.compute_busy_until = start + duration
         yield env.timeout(duration)
+        while st.compute_debt > 0:  # transfers that started while it ran
+            debt, st.compute_debt = st.compute_debt, 0.0
+            st.compute_busy_until += debt
+            yield env.timeout(debt)
         self._done(st, op, start, op.phase.value)
 
     def _stretch(self, classes) -> float:
@@ -238,11 +248,21 @@ class StepSimulation:
         network part, the network part shared with other traffic under the flow model. While
         it runs, those classes count it as a transfer in flight."""
         env = self.env
+        if self.compute_overlap or self.comm_overlap:
+            # Let compute ops that start at this instant start first: they overlap it.
+            yield env.timeout(0)
         factor = self._stretch(classes)
         if factor != 1.0:
             plan = plan.scaled(factor)
+        expected = plan.time(self.network.topology) + extra_s if self.compute_overlap else 0.0
         for c in classes:
-            self.states[c].comms_in_flight += 1
+            st = self.states[c]
+            st.comms_in_flight += 1
+            if expected:
+                st.comm_busy_until = max(st.comm_busy_until, env.now + expected)
+                if st.compute_busy_until > env.now:
+                    st.compute_debt += _overlap_penalty(
+                        self.compute_overlap, st.compute_busy_until - env.now, expected)
         if self.flows is None or not plan.loads:
             yield env.timeout(plan.time(self.network.topology) + extra_s)
         else:
@@ -432,6 +452,14 @@ class StepSimulation:
             wall_time_s=wall,
             records=records,
         )
+
+
+def _overlap_penalty(slowdown: float, compute_s: float, window_s: float) -> float:
+    """Extra time of ``compute_s`` of compute that runs ``1 + slowdown`` times slower while a
+    transfer moves data for the next ``window_s``: the overlap stretches, the rest does not."""
+    if window_s <= 0:
+        return 0.0
+    return slowdown * min(compute_s, window_s / (1.0 + slowdown))
 
 
 def simulate(trace: Trace, cluster: ClusterSpec, options: SimulationOptions = SimulationOptions(),

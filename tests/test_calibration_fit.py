@@ -145,7 +145,8 @@ def test_profile_file_loads_in_the_catalog_with_provenance(profile, tmp_path):
     for key in ("device", "driver", "torch", "gloo", "date"):
         assert dev.provenance[key]
     assert dev.provenance["base"] == "cpu-core" and dev.default_node == "lab-cpu"
-    for op in OpClass:
+    assert OpClass.TRANSCENDENTAL not in dev.efficiency.curves  # none measured: falls back
+    for op in profile.device.efficiency.curves:
         assert dev.efficiency.curves[op](1e9) == pytest.approx(
             profile.device.efficiency.curves[op](1e9), rel=1e-5)
     fits = comm_fits(synthetic_records())
@@ -301,3 +302,30 @@ def test_committed_validation_beats_the_uncalibrated_entry_on_average():
     calibrated = sum(abs(r["error"]) for r in rows) / len(rows)
     uncalibrated = sum(abs(r["baseline_error"]) for r in rows) / len(rows)
     assert calibrated < 0.2 < uncalibrated
+
+
+def test_activations_and_the_loss_get_their_own_measured_curve(catalog):
+    """On a CPU an erf GeLU streams far slower than a residual add; measured GeLU and
+    cross-entropy kernels make a transcendental curve, and the activation and loss kernels of
+    the layer model are timed by it, the norms and adds by the element-wise one."""
+    from simulator.cost.compute import ComputeModel
+    from workloads.layer_ops import LayerOps
+    from workloads.model import resolve
+    from workloads.training import training_from_mapping
+    slow = [{"kind": "elementwise", "op": "gelu.fwd", "elements": e, "time_s": 8.0 * e / 2.5e9}
+            for e in (1 << 16, 1 << 20, 1 << 22)]
+    p = fit_profile(document(synthetic_records() + slow), catalog.device("cpu-core"),
+                    catalog.nodes["cpu-host"], "x")
+    curves = p.device.efficiency.curves
+    assert curves[OpClass.TRANSCENDENTAL](1e7) < curves[OpClass.ELEMENTWISE](1e7) / 3
+    ops = LayerOps(resolve("llama2-7b"), training_from_mapping(
+        {"seq_len": 512, "global_batch": 4, "micro_batch": 1}), Strategy())
+    kernels = {k.name: k for k in ops.forward().mlp + ops.head_forward()}
+    assert kernels["activation"].op_class is OpClass.TRANSCENDENTAL
+    assert kernels["cross_entropy"].op_class is OpClass.TRANSCENDENTAL
+    assert kernels["norm2"].op_class is OpClass.ELEMENTWISE
+    cpu, gpu = ComputeModel(p.device), ComputeModel(catalog.device("h100-sxm"))
+    act, norm = kernels["activation"], kernels["norm2"]
+    assert cpu.kernel_time(act) / act.bytes > 3 * cpu.kernel_time(norm) / norm.bytes
+    # Without a curve of its own (the catalog GPUs) it streams like element-wise work.
+    assert gpu.efficiency(act) == gpu.efficiency(norm)

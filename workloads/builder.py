@@ -99,10 +99,12 @@ class _StageBuilder:
         self.recompute_work = self.ops.recompute()
         self.micro = job.micro_batches
         layer_local = self.m.layer_params / self.s.tp
-        self.layer_param_bytes = layer_local * 2.0   # 16-bit gathered parameters (ZeRO-3)
+        # Parameters are gathered in the compute dtype: 16-bit, or FP32 in FP32 training.
+        self.layer_param_bytes = layer_local * self.elem
         self.layer_grad_bytes = layer_local * self.elem
         self.tensor_bytes = tuple(
-            2.0 * (n if n <= self.m.hidden * 2 else n / self.s.tp) for n in self.m.layer_tensors())
+            self.elem * (n if n <= self.m.hidden * 2 else n / self.s.tp)
+            for n in self.m.layer_tensors())
         self.grad_reduce_ops: list[int] = []
         self.gather_ops: dict[tuple[Pass, int, int], int] = {}
         self.activation_bytes = self.ops.tokens * self.m.hidden * self.elem
@@ -278,6 +280,8 @@ class _StageBuilder:
                 if g > 0:
                     deps = (e.recv(f"recv_fwd{slot.micro}.chunk{g}", prev_peer, p2p_bytes,
                                    _tag(_FWD_TAG, slot.micro, g)),)
+                if g in (0, last_global):
+                    deps += self._zero3_root(Pass.FORWARD, slot.micro)
                 if g == 0:
                     deps = (self._embedding_forward(slot.micro, deps),)
                 for layer in layers:
@@ -304,10 +308,35 @@ class _StageBuilder:
                 else:
                     e.send(f"send_bwd{slot.micro}.chunk{g}", prev_peer, p2p_bytes,
                            _tag(_BWD_TAG, slot.micro, g - 1), deps)
+                if g in (0, last_global):
+                    self._zero3_root(Pass.BACKWARD, slot.micro)
         self.optimizer()
         return tuple(e.ops)
 
     # --- embedding and LM head ---------------------------------------------------------------
+    def _root_tables(self) -> list[str]:
+        """The vocabulary tables this stage holds (embedding, LM head), each vocab x hidden / tp."""
+        m, s, plan = self.m, self.s, self.plan
+        return ((["embedding"] if plan.has_embedding else [])
+                + (["head"] if plan.has_head and not (m.tied_embeddings and s.pp == 1) else []))
+
+    def _zero3_root(self, kind: Pass, micro: int) -> tuple[int, ...]:
+        """ZeRO-3 of the embedding and LM head as FSDP2 shards them (in the root unit, which
+        ``fully_shard`` keeps unsharded from forward to backward): gathered once before a
+        micro-batch's forward, their gradients reduce-scattered after its backward."""
+        tables = self._root_tables()
+        if not (self.zero3 and tables):
+            return ()
+        nbytes = len(tables) * self.m.vocab * self.m.hidden / self.s.tp * self.elem
+        if kind is Pass.FORWARD:
+            return (self.e.collective(f"fwd{micro}.root.zero3_all_gather",
+                                      CollectiveKind.ALL_GATHER, nbytes, "dp", Stream.DP,
+                                      self.e.after_compute()),)
+        self.grad_reduce_ops.append(self.e.collective(
+            f"bwd{micro}.root.zero3_reduce_scatter", CollectiveKind.REDUCE_SCATTER, nbytes, "dp",
+            Stream.DP, self.e.after_compute()))
+        return ()
+
     def _tp_reduce(self, name: str, deps: tuple[int, ...]) -> int:
         """The TP reduction of a vocab-parallel layer's output (reduce-scatter under SP)."""
         kind = (CollectiveKind.REDUCE_SCATTER if self.s.sequence_parallel
@@ -348,13 +377,11 @@ class _StageBuilder:
     def optimizer(self) -> None:
         e, s, m = self.e, self.s, self.m
         deps = tuple(self.grad_reduce_ops) + e.after_compute()
-        if s.dp * s.cp > 1 and (self.plan.has_embedding or self.plan.has_head):
+        if s.dp * s.cp > 1 and not self.zero3:
             # The embedding and LM-head gradients join the data-parallel reduction too.
             table = (m.vocab * m.hidden / s.tp) * self.elem
             kind = CollectiveKind.ALL_REDUCE if s.zero == 0 else CollectiveKind.REDUCE_SCATTER
-            for part in (["embedding"] if self.plan.has_embedding else []) + \
-                        (["head"] if self.plan.has_head and not (m.tied_embeddings and s.pp == 1)
-                         else []):
+            for part in self._root_tables():
                 deps += (e.collective(f"{part}_grad.dp_{kind.value}", kind, table, "dp",
                                       Stream.DP, e.after_compute()),)
         if m.tied_embeddings and s.pp > 1 and (self.plan.has_embedding or self.plan.has_head):
@@ -373,7 +400,7 @@ class _StageBuilder:
             step = e.copy("params_h2d", CopyKind.HOST_TO_DEVICE, local * 2.0, (host,))
         if 1 <= s.zero <= 2 and s.dp * s.cp > 1:
             e.collective("dp_param_all_gather", CollectiveKind.ALL_GATHER,
-                         (dense + expert) * 2.0, "dp", Stream.DP, (step,))
+                         (dense + expert) * self.elem, "dp", Stream.DP, (step,))
 
 
 def _tag(kind: int, micro: int, chunk: int) -> int:

@@ -58,9 +58,11 @@ def _gemm(name: str, m: int, n: int, k: int, elem: float, dtype: Dtype, batch: i
     return Kernel(name, OpClass.MATMUL, flops, traffic, m, n, k, batch, dtype)
 
 
-def _elementwise(name: str, elements: float, passes: float, elem: float) -> Kernel:
-    """``passes``: tensors of ``elements`` read or written (a norm reads x, writes y: 2)."""
-    return Kernel(name, OpClass.ELEMENTWISE, 0.0, elements * passes * elem)
+def _elementwise(name: str, elements: float, passes: float, elem: float,
+                 op_class: OpClass = OpClass.ELEMENTWISE) -> Kernel:
+    """``passes``: tensors of ``elements`` read or written (a norm reads x, writes y: 2);
+    ``op_class`` TRANSCENDENTAL for exp/erf/tanh per element (activations, softmax, loss)."""
+    return Kernel(name, op_class, 0.0, elements * passes * elem)
 
 
 def _backward_of(kernels: tuple[Kernel, ...], elem: float) -> tuple[Kernel, ...]:
@@ -113,7 +115,8 @@ class LayerOps:
         mask_passes = 3.0 if m.dropout else 0.0  # write mask (1 B ~ half elem), apply: read+write
         return (
             _gemm("attn_scores", s_q, t.seq_len, m.head_dim, self.elem, self.dtype, b * heads),
-            _elementwise("softmax", scores, 2.0 + mask_passes, self.elem),
+            _elementwise("softmax", scores, 2.0 + mask_passes, self.elem,
+                         OpClass.TRANSCENDENTAL),
             _gemm("attn_values", s_q, m.head_dim, t.seq_len, self.elem, self.dtype, b * heads),
         )
 
@@ -145,14 +148,15 @@ class LayerOps:
             up_n = 2 * f if m.mlp is Mlp.SWIGLU else f
             mlp.append(_gemm("expert_fc1", routed, up_n, m.hidden, e, gd, local_experts))
             mlp.append(_elementwise("expert_act", routed * local_experts * f,
-                                    3 if m.mlp is Mlp.SWIGLU else 2, e))
+                                    3 if m.mlp is Mlp.SWIGLU else 2, e, OpClass.TRANSCENDENTAL))
             mlp.append(_gemm("expert_fc2", routed, m.hidden, f, e, gd, local_experts))
         else:
             f = m.ffn_hidden // s.tp
             up_n = 2 * f if m.mlp is Mlp.SWIGLU else f
             mlp += [
                 _gemm("fc1", T, up_n, m.hidden, e, gd),
-                _elementwise("activation", T * f, 3 if m.mlp is Mlp.SWIGLU else 2, e),
+                _elementwise("activation", T * f, 3 if m.mlp is Mlp.SWIGLU else 2, e,
+                             OpClass.TRANSCENDENTAL),
                 _gemm("fc2", T, m.hidden, f, e, gd),
             ]
         mlp.append(_elementwise("residual2", Tn * m.hidden, 3 + (1.5 if m.dropout else 0), e))
@@ -204,13 +208,13 @@ class LayerOps:
             _elementwise("final_norm", self.norm_tokens * m.hidden, 2, self.elem),
             _gemm("lm_head", self.tokens, vocab, m.hidden, self.elem, self.dtype),
             # Cross-entropy in FP32: cast logits, softmax (read, write), loss.
-            _elementwise("cross_entropy", self.tokens * vocab, 3, 4.0),
+            _elementwise("cross_entropy", self.tokens * vocab, 3, 4.0, OpClass.TRANSCENDENTAL),
         )
 
     def head_backward(self) -> tuple[Kernel, ...]:
         m, s = self.model, self.strategy
         vocab = m.vocab // s.tp
-        ce = _elementwise("cross_entropy.bwd", self.tokens * vocab, 2, 4.0)
+        ce = _elementwise("cross_entropy.bwd", self.tokens * vocab, 2, 4.0, OpClass.TRANSCENDENTAL)
         return (ce,) + _backward_of(self.head_forward()[1:2], self.elem) + (
             _elementwise("final_norm.bwd", self.norm_tokens * m.hidden, 4, self.elem),)
 

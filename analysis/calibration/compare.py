@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hardware_specs import DeviceKind, DeviceSpec, SpecError, load_catalog
+from hardware_specs import DeviceKind, DeviceSpec, NodeSpec, SpecError, load_catalog
+from hardware_specs.measured_comm import AlphaBeta
 from simulator import StepResult
 from simulator.cost.measured import MeasuredNetwork
 from simulator.engine import StepSimulation
@@ -84,11 +85,27 @@ def time_shared(device: DeviceSpec, ranks_per_core: float) -> DeviceSpec:
                    memory_bandwidth=device.memory_bandwidth * share)
 
 
+def time_shared_comm(node: NodeSpec, ranks_per_core: float) -> NodeSpec:
+    """Measured communication between processes that share cores: gloo's copies, reductions
+    and wake-ups are CPU work too, so each takes ``ranks_per_core`` times as long (on the
+    2-core VM, a 2-rank all-reduce added 1.4-2.7x more to a compute loop with 4 processes
+    than with 2)."""
+    if ranks_per_core <= 1 or not node.measured_comm:
+        return node
+    return replace(node, measured_comm={
+        op: AlphaBeta(latency_s=f.latency_s * ranks_per_core,
+                      bandwidth=f.bandwidth / ranks_per_core)
+        for op, f in node.measured_comm.items()})
+
+
 def predict(config: RunConfig, cores: int, threads: int = 1) -> StepResult:
-    """The simulated step of ``config``, its CPU devices shared when ranks outnumber cores."""
+    """The simulated step of ``config``, its CPU devices (and their measured communication)
+    shared when ranks outnumber cores."""
     cluster = config.cluster
-    world = config.job.strategy.world_size
-    cluster = replace(cluster, device=time_shared(cluster.device, world * threads / cores))
+    share = config.job.strategy.world_size * threads / cores
+    if cluster.device.kind is DeviceKind.CPU:
+        cluster = replace(cluster, device=time_shared(cluster.device, share),
+                          node=time_shared_comm(cluster.node, share))
     options = simulation_options(config)
     sim = StepSimulation(build_trace(config.job), cluster, options,
                          network=MeasuredNetwork(cluster, options.algorithms))
@@ -111,10 +128,18 @@ class Comparison:
     """Prediction with the uncalibrated catalog entry."""
     phases_s: dict | None = None
     losses: tuple[float, ...] = ()
+    foreign_load: tuple[float | None, ...] = ()
+    """Cores other processes kept busy during each repeat (mean over its timed steps)."""
 
     @property
     def measured_step_time_s(self) -> float:
         return statistics.median(self.measured_runs_s)
+
+    @property
+    def foreign_cores(self) -> float | None:
+        """Mean load of other processes over the repeats, in cores (None: unknown)."""
+        known = [x for x in self.foreign_load if x is not None]
+        return statistics.fmean(known) if known else None
 
     @property
     def error(self) -> float:
@@ -131,6 +156,7 @@ class Comparison:
                 "baseline_predicted_step_time_s": self.baseline_step_time_s,
                 "baseline_error": self.baseline_error,
                 "measured_runs_s": list(self.measured_runs_s),
+                "foreign_load_cores": list(self.foreign_load),
                 "phases_s": self.phases_s or {}, "losses": list(self.losses)}
 
 
@@ -166,7 +192,8 @@ def compare(strategies: Sequence[str], *, device: str, catalog: Sequence[str | P
         out.append(Comparison(
             strategy=text, measured_runs_s=tuple(r.step_time_s for r in runs[text]),
             predicted_step_time_s=predicted, baseline_step_time_s=base,
-            phases_s=mine[len(mine) // 2].phases_s, losses=mine[0].losses))
+            phases_s=mine[len(mine) // 2].phases_s, losses=mine[0].losses,
+            foreign_load=tuple(getattr(r, "foreign_cores", None) for r in runs[text])))
     return out
 
 

@@ -11,7 +11,9 @@
 - Communication: per operation, a least-squares fit of ``steps x latency + traffic /
   bandwidth`` (ring steps and traffic, ``simulator/cost/measured.py``) in relative error, with
   one pass that drops outliers (a measurement more than twice off the first fit: scheduler
-  noise).
+  noise), to what each collective adds to a loop of compute bursts (``comm_bench``); and the
+  device's slowdowns of compute and communication while both run, from an asynchronous
+  all-reduce timed during GEMMs (``overlap_slowdowns``).
 
 - In training: a whole step of a reference GPT, timed on every rank at once, against the step
   the fitted curves predict for it; the ratio becomes the device's ``in_training`` factor
@@ -61,11 +63,18 @@ ELEMENTWISE_WEIGHT = {"layernorm.fwd": 2.0, "layernorm.bwd": 2.0, "gelu.fwd": 1.
                       "cross_entropy.fwd": 1.0, "cross_entropy.bwd": 1.0}
 """How often a transformer layer (or, for the loss, a step) runs a kernel: its weight when
 kernels of one size bin are pooled."""
+REQUIRED = (OpClass.MATMUL, OpClass.ATTENTION, OpClass.ELEMENTWISE)
+"""Op classes a profile needs curves of; the others fall back to element-wise work's."""
+TRANSCENDENTAL_OPS = frozenset(("gelu.fwd", "gelu.bwd", "cross_entropy.fwd", "cross_entropy.bwd"))
+"""The measured kernels whose curve is ``OpClass.TRANSCENDENTAL`` (erf, exp and log per
+element), as ``workloads/layer_ops.py`` classes the activation and the loss."""
 ADAM_BYTES_PER_PARAM = 28.0
 """``layer_ops.optimizer_step`` for FP32 training: read master, m, v, gradient; write master,
 m, v (16 + 12 bytes)."""
 IN_TRAINING_MIN = 0.05
 """Smallest in-training factor the catalog accepts."""
+MAX_LOST = 0.9
+"""Largest share of an overlapped transfer's time that compute may lose (slowdown 9)."""
 BINS_PER_DECADE = 3
 MAX_FRACTION = 1.5
 """Largest fraction a curve may hold (``EfficiencyCurve``); a faster measurement raises the
@@ -104,7 +113,9 @@ def compute_points(records: Iterable[Mapping]) -> dict[OpClass, list[Point]]:
             out[OpClass.ATTENTION].append(Point(flops, flops, t))
         elif kind == "elementwise" and r["op"] in ELEMENTWISE_PASSES:
             nbytes = ELEMENTWISE_PASSES[r["op"]] * r["elements"] * ELEMENT_BYTES
-            out[OpClass.ELEMENTWISE].append(Point(nbytes, nbytes, t, ELEMENTWISE_WEIGHT[r["op"]]))
+            op = (OpClass.TRANSCENDENTAL if r["op"] in TRANSCENDENTAL_OPS
+                  else OpClass.ELEMENTWISE)
+            out[op].append(Point(nbytes, nbytes, t, ELEMENTWISE_WEIGHT[r["op"]]))
         elif kind == "optimizer":
             nbytes = ADAM_BYTES_PER_PARAM * r["params"]
             out[OpClass.OPTIMIZER].append(Point(nbytes, nbytes, t))
@@ -184,6 +195,28 @@ def comm_fits(records: Iterable[Mapping]) -> dict[CommOp, AlphaBeta]:
     return {op: fit_alpha_beta(pts, op) for op, pts in sorted(by_op.items(), key=lambda kv: kv[0].value)}
 
 
+def overlap_slowdowns(records: Iterable[Mapping],
+                      fits: Mapping[CommOp, AlphaBeta]) -> tuple[float, float] | None:
+    """(compute, communication) slowdowns while both run, in the engine's terms, from the
+    ``overlap`` records (an asynchronous all-reduce during a run of GEMMs): compute loses
+    ``s / (1 + s)`` of the time the transfer is in flight, so ``s / (1 + s)`` is the GEMMs'
+    extra time over the transfer's time, pooled over sizes; the transfer's bandwidth term
+    stretches by the pooled ratio of its time there (less the fitted latency) to the fitted
+    transfer time. None without records or an all-reduce fit."""
+    rows = [r for r in records if r.get("kind") == "overlap" and r.get("transfer_s", 0) > 0]
+    fit = fits.get(CommOp.ALL_REDUCE)
+    if not rows or fit is None:
+        return None
+    lost = min(MAX_LOST, max(0.0, sum(r["extra_s"] for r in rows)
+                             / sum(r["transfer_s"] for r in rows)))
+    stretched = fitted = 0.0
+    for r in rows:
+        steps, traffic = ring_steps_and_traffic(CommOp.ALL_REDUCE, r["world"])
+        stretched += max(0.0, r["transfer_s"] - steps * fit.latency_s)
+        fitted += traffic * r["bytes"] / fit.bandwidth
+    return lost / (1.0 - lost), max(0.0, stretched / fitted - 1.0)
+
+
 def in_training_factor(records: Iterable[Mapping], device: DeviceSpec) -> float | None:
     """Predicted over measured time of the reference training step (``reference_step``
     records): the fraction of isolated-kernel speed kernels keep inside a real step, applied
@@ -221,17 +254,18 @@ def fit_profile(doc: Mapping, base_device: DeviceSpec, base_node: NodeSpec, name
     if not isinstance(records, list) or not records:
         raise SpecError("microbench.records", "no measurements found")
     points = compute_points(records)
-    missing = [op.value for op, pts in points.items() if len(pts) < 2]
+    missing = [op.value for op, pts in points.items() if len(pts) < 2 and op in REQUIRED]
     if missing:
         raise SpecError("microbench.records", f"too few {', '.join(missing)} measurements to "
                         "fit a curve")
-    rates = {op: pooled_rates(pts) for op, pts in points.items()}
+    # A class without measurements of its own uses element-wise work's curve (``for_class``).
+    rates = {op: pooled_rates(pts) for op, pts in points.items() if len(pts) >= 2}
     dtype = Dtype.FP32
     peak = _peak_for((r for op in (OpClass.MATMUL, OpClass.ATTENTION) for _, r in rates[op]),
                      base_device.peak_flops.get(dtype, 0.0) or max(base_device.peak_flops.values()))
-    bandwidth = _peak_for((r for op in MEMORY_BOUND for _, r in rates[op]),
+    bandwidth = _peak_for((r for op in MEMORY_BOUND for _, r in rates.get(op, ())),
                           base_device.memory_bandwidth)
-    curves = {op: curve(rates[op], bandwidth if op in MEMORY_BOUND else peak) for op in OpClass}
+    curves = {op: curve(r, bandwidth if op in MEMORY_BOUND else peak) for op, r in rates.items()}
     best = {op: min(1.0, max(c.fractions)) for op, c in curves.items()}
     efficiency = DeviceEfficiency(matmul=best[OpClass.MATMUL], attention=best[OpClass.ATTENTION],
                                   memory=best[OpClass.ELEMENTWISE], curves=curves)
@@ -246,6 +280,11 @@ def fit_profile(doc: Mapping, base_device: DeviceSpec, base_node: NodeSpec, name
         device = replace(device, efficiency=replace(
             efficiency, in_training={op: factor for op in OpClass}))
     fits = comm_fits(records)
+    overlap = overlap_slowdowns(records, fits)
+    if overlap is not None:
+        device = replace(device, efficiency=replace(
+            device.efficiency, compute_slowdown_when_overlapped=overlap[0],
+            comm_slowdown_when_overlapped=overlap[1]))
     node = replace(base_node, name=name, device=name, measured_comm=fits,
                    source=f"calibrated by clustersim calibrate from {base_node.name}; "
                           f"{provenance.get('date', '')}")
@@ -277,6 +316,8 @@ def profile_document(profile: Profile) -> dict:
         "efficiency": {
             "matmul": float(_g(eff.matmul)), "attention": float(_g(eff.attention)),
             "memory": float(_g(eff.memory)),
+            "compute_slowdown_when_overlapped": float(_g(eff.compute_slowdown_when_overlapped)),
+            "comm_slowdown_when_overlapped": float(_g(eff.comm_slowdown_when_overlapped)),
             "in_training": {op.value: float(_g(v)) for op, v in eff.in_training.items()},
             "curves": {op.value: {"sizes": [float(_g(s)) for s in c.sizes],
                                   "fractions": [float(_g(f)) for f in c.fractions]}

@@ -10,8 +10,9 @@ Tensor parallelism follows Shoeybi et al. 2019 (Megatron-LM, sec. 3, Fig. 3): QK
 column-parallel (heads and MLP columns split), the output projection and fc2 row-parallel; the
 ``f`` operator before a column-parallel block is the identity forward and an all-reduce
 backward, the ``g`` operator after a row-parallel block an all-reduce forward and the identity
-backward: two all-reduces per layer each way. The LM head is split over the vocabulary with
-Megatron's vocab-parallel cross-entropy (max, sum of exponentials and target logit all-reduced).
+backward: two all-reduces per layer each way. The token embedding and the LM head are split
+over the vocabulary: the partial embeddings are all-reduced, and Megatron's vocab-parallel
+cross-entropy all-reduces the max, the sum of exponentials and the target logit.
 
 Weights are initialised from the run's seed per parameter, as full tensors sliced to the
 rank's shard, so a TP2 model computes exactly what the TP1 model computes.
@@ -178,15 +179,31 @@ class Layer(nn.Module):
 
 
 class Embedding(nn.Module):
-    """Token and learned position embeddings, replicated over TP (their gradients agree)."""
+    """Vocab-parallel token embedding (Megatron-LM ``VocabParallelEmbedding``: each TP rank
+    looks up its slice of the vocabulary, zeros for tokens outside it, and the partial
+    embeddings are all-reduced) plus learned positions, replicated over TP."""
 
-    def __init__(self, model: TransformerSpec, seq_len: int, source: ParameterSource):
+    def __init__(self, model: TransformerSpec, seq_len: int, tp: TensorGroup,
+                 source: ParameterSource):
         super().__init__()
-        self.tokens = _parameter(source.normal((EMBEDDING_KEY, 0), (model.vocab, model.hidden)))
+        if model.vocab % tp.size:
+            raise SpecError("strategy.tp", f"{tp.size} does not divide model.vocab={model.vocab}")
+        local = model.vocab // tp.size
+        self.tp, self.vocab_start = tp, tp.rank * local
+        self.tokens = _parameter(source.normal((EMBEDDING_KEY, 0), (model.vocab, model.hidden))
+                                 [self.vocab_start:self.vocab_start + local])
         self.positions = _parameter(source.normal((EMBEDDING_KEY, 1), (seq_len, model.hidden)))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return F.embedding(tokens, self.tokens) + self.positions[: tokens.shape[1]]
+        if self.tp.size == 1:
+            x = F.embedding(tokens, self.tokens)
+        else:
+            local = tokens - self.vocab_start
+            outside = (local < 0) | (local >= self.tokens.shape[0])
+            x = F.embedding(local.masked_fill(outside, 0), self.tokens)
+            x = _ReduceFromTensorParallel.apply(x.masked_fill(outside.unsqueeze(-1), 0.0),
+                                                self.tp.group)
+        return x + self.positions[: tokens.shape[1]]
 
 
 class Head(nn.Module):
@@ -222,7 +239,7 @@ class Stage(nn.Module):
         super().__init__()
         check_supported(model)
         source = ParameterSource(seed)
-        self.embedding = Embedding(model, seq_len, source) if first else None
+        self.embedding = Embedding(model, seq_len, tp, source) if first else None
         self.layers = nn.ModuleList(Layer(model, i, tp, source) for i in layers)
         self.head = Head(model, tp, source) if last else None
 

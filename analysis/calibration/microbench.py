@@ -1,5 +1,6 @@
 """Measure the hardware at hand with real torch: GEMMs of transformer shapes, attention (SDPA),
-element-wise kernels, the optimizer step, and collectives over message and world sizes.
+element-wise kernels, the optimizer step, and collectives over message and world sizes
+(``comm_bench``: between and during compute, as training runs them).
 
 Compute kernels run on every rank at once, one rank per core (CPU) or device (GPU), with a
 barrier before each item: the host is as loaded as during training, so shared caches, memory
@@ -27,7 +28,9 @@ from workloads import Job, Strategy
 from workloads.model import from_mapping
 from workloads.training import training_from_mapping
 
+from analysis.calibration.comm_bench import comm_and_overlap_rank
 from analysis.calibration.gpt import Stage, TensorGroup
+from analysis.calibration.hostload import LoadMeter
 from analysis.calibration.launch import RankEnv, run_ranks, synchronize
 from analysis.calibration.train import batches
 
@@ -60,6 +63,16 @@ class Plan:
     def message_bytes(self) -> tuple[int, ...]:
         top = 22 if self.quick else 24
         return tuple(1 << e for e in range(10, top + 1, 2))
+
+    @property
+    def overlap_bytes(self) -> tuple[int, ...]:
+        """All-reduces timed while the ranks compute (DDP buckets, FSDP layers: MBs)."""
+        return (1 << 20, 1 << 22) if self.quick else (1 << 20, 1 << 22, 1 << 24)
+
+    @property
+    def comm_trials(self) -> int:
+        """Communication is noisier than compute on a shared host: more trials."""
+        return self.trials + 2
 
     @property
     def optimizer_params(self) -> tuple[int, ...]:
@@ -235,66 +248,6 @@ def compute_rank(env: RankEnv, plan: Plan) -> list[dict]:
     return records
 
 
-def comm_rank(env: RankEnv, plan: Plan) -> list[dict]:
-    """Collectives of this world over message sizes (bytes as nccl-tests counts them: the
-    all-reduce buffer, the gathered all-gather output, the reduce-scatter input), and one-way
-    point-to-point time from a ping-pong between ranks 0 and 1.
-
-    Each timed collective follows a burst of compute with no barrier between, as in a training
-    step: started that way, a gloo all-reduce of 512 KiB on two cores took 2.5x its time after
-    a barrier (0.9 ms alone, 2.2-2.8 ms after a 2 ms GEMM: the peer's data arrives while the
-    receiver computes, and its communication thread must be woken)."""
-    device = env.torch_device()
-    w = env.world
-    burst = _compute_burst(device)
-    records = []
-    for nbytes in plan.message_bytes:
-        n = max(w, nbytes // 4 // w * w)
-        full, part = torch.ones(n, device=device), torch.ones(n // w, device=device)
-        ops = {
-            "all_reduce": lambda: dist.all_reduce(full),
-            "all_gather": lambda: dist.all_gather_single(full, part),
-            "reduce_scatter": lambda: dist.reduce_scatter_single(part, full),
-            "send_recv": _ping_pong(env, full),
-        }
-        for op, fn in ops.items():
-            dist.barrier()
-            times = []
-            for _ in range(plan.trials * 3):
-                burst()
-                synchronize(env)
-                start = time.perf_counter()
-                fn()
-                synchronize(env)
-                times.append(time.perf_counter() - start)
-            t = statistics.median(times)
-            records.append({"kind": "collective", "op": op, "world": w, "bytes": 4 * n,
-                            "time_s": t / 2 if op == "send_recv" else t})
-    return records
-
-
-def _compute_burst(device) -> Callable[[], object]:
-    """About 0.2 GFLOP of GEMM (a QKV projection of 512 tokens at h = 256): ~2 ms on a core."""
-    a, w = torch.randn(512, 256, device=device), torch.randn(768, 256, device=device)
-    return lambda: torch.mm(a, w.t())
-
-
-def _ping_pong(env: RankEnv, buf: torch.Tensor) -> Callable[[], None]:
-    """Ranks 0 and 1 send ``buf`` there and back (others idle): twice the one-way time."""
-    if env.rank >= 2:
-        return lambda: None
-    peer = 1 - env.rank
-
-    def run() -> None:
-        if env.rank == 0:
-            dist.send(buf, peer)
-            dist.recv(buf, peer)
-        else:
-            dist.recv(buf, peer)
-            dist.send(buf, peer)
-    return run
-
-
 def provenance(device: str, threads: int) -> dict:
     """What was measured, with what software, when."""
     out = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -334,15 +287,21 @@ def run_microbench(plan: Plan, *, device: str = "cpu", ranks: int = 0,
     """Every measurement of ``plan``: compute on ``ranks`` ranks at once, then collectives on
     each world size of the plan. Returns the JSON-ready document ``fit`` reads."""
     ranks = ranks or default_ranks(device)
+    meter = LoadMeter()
     per_rank = run_ranks(compute_rank, ranks, (plan,), device=device, threads=threads)
+    load = {"compute": meter.foreign_cores()}
     records = []
     for i, first in enumerate(per_rank[0]):
         times = [r[i]["time_s"] for r in per_rank]
         records.append(first | {"time_s": statistics.median(times)})
     for world in plan.world_sizes:
-        records += run_ranks(comm_rank, world, (plan,), device=device, threads=threads)[0]
+        meter = LoadMeter()
+        records += run_ranks(comm_and_overlap_rank, world,
+                             (plan.message_bytes, plan.overlap_bytes, plan.comm_trials),
+                             device=device, threads=threads)[0]
+        load[f"communication_world{world}"] = meter.foreign_cores()
     return {"version": MICROBENCH_VERSION, "provenance": provenance(device, threads),
             "setup": {"device": device, "compute_ranks": ranks, "threads_per_rank": threads,
                       "world_sizes": list(plan.world_sizes), "quick": plan.quick,
-                      "trials": plan.trials},
+                      "trials": plan.trials, "foreign_load_cores": load},
             "records": records}

@@ -17,16 +17,22 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1e3:.1f}"
 
 
+def _cores(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def table(rows: Sequence[Comparison], baseline: str | None = None) -> str:
     headers = ["strategy", "measured ms", "predicted ms", "error"]
     if baseline:
         headers += [f"{baseline} ms", f"{baseline} error"]
+    headers.append("other load (cores)")
     body = []
     for r in rows:
         line = [r.strategy, _ms(r.measured_step_time_s), _ms(r.predicted_step_time_s),
                 _pct(r.error)]
         if baseline:
             line += [_ms(r.baseline_step_time_s), _pct(r.baseline_error)]
+        line.append(_cores(r.foreign_cores))
         body.append(line)
     return render(headers, body, title="Measured vs predicted step time (median of the "
                                        "timed steps; median over repeats)")

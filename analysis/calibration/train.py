@@ -36,6 +36,7 @@ from workloads.stages import stage_plans
 from workloads.strategies.pipeline import stage_order
 
 from analysis.calibration.gpt import Stage, TensorGroup
+from analysis.calibration.hostload import host_busy_s
 from analysis.calibration.launch import RankEnv, synchronize
 
 
@@ -256,20 +257,24 @@ def train_rank(env: RankEnv, job: Job, timing: Timing) -> dict:
     """Run ``timing.warmup + timing.steps`` steps on this rank; per-step times, phase times
     (median over timed steps), and the losses the last stage saw."""
     runner = _Runner(env, job, timing.seed)
-    times, losses, phases = [], [], []
+    times, losses, phases, cpu, host = [], [], [], [], []
     for _ in range(timing.warmup + timing.steps):
         synchronize(env)
         dist.barrier()
-        start = time.perf_counter()
+        start, cpu_start, host_start = time.perf_counter(), time.process_time(), host_busy_s()
         losses.append(runner.step())
         synchronize(env)
         times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - cpu_start)
+        host_end = host_busy_s()
+        host.append(None if host_start is None or host_end is None else host_end - host_start)
         phases.append(runner.phases)
     timed = phases[timing.warmup:]
     names = sorted({k for p in timed for k in p})
     coords = runner.groups.coords
     return {"rank": env.rank, "stage": runner.stage, "tp_rank": coords[Axis.TP],
             "dp_rank": coords[Axis.DP], "step_times_s": times, "losses": losses,
+            "cpu_s": cpu, "host_busy_s": host,
             "phases_s": {k: statistics.median(p.get(k, 0.0) for p in timed) for k in names}}
 
 
@@ -283,14 +288,23 @@ class Measured:
     """Mean loss over the global batch, every step including warm-up."""
     phases_s: dict
     """Median per-step phase times of rank 0 (forward, backward, recv, grad_sync, optimizer)."""
+    foreign_load: tuple[float, ...] = ()
+    """Cores other processes kept busy during each timed step (``hostload``; empty where the
+    host cannot tell)."""
 
     @property
     def step_time_s(self) -> float:
         return statistics.median(self.step_times_s)
 
+    @property
+    def foreign_cores(self) -> float | None:
+        """Mean load of other processes over the timed steps, in cores."""
+        return statistics.fmean(self.foreign_load) if self.foreign_load else None
+
     def to_dict(self) -> dict:
         return {"step_time_s": self.step_time_s, "step_times_s": list(self.step_times_s),
-                "losses": list(self.losses), "phases_s": dict(self.phases_s)}
+                "losses": list(self.losses), "phases_s": dict(self.phases_s),
+                "foreign_load_cores": list(self.foreign_load)}
 
 
 def measure(job: Job, timing: Timing, *, device: str = "cpu", threads: int = 1) -> Measured:
@@ -303,5 +317,9 @@ def measure(job: Job, timing: Timing, *, device: str = "cpu", threads: int = 1) 
     slowest = [max(r["step_times_s"][i] for r in ranks) for i in range(steps)]
     reporters = [r for r in ranks if r["losses"][0] is not None and r["tp_rank"] == 0]
     losses = [statistics.fmean(r["losses"][i] for r in reporters) for i in range(steps)]
+    host = ranks[0]["host_busy_s"]
+    foreign = () if None in host else tuple(
+        max(0.0, (host[i] - sum(r["cpu_s"][i] for r in ranks)) / slowest[i])
+        for i in range(timing.warmup, steps))
     return Measured(step_times_s=tuple(slowest[timing.warmup:]), losses=tuple(losses),
-                    phases_s=ranks[0]["phases_s"])
+                    phases_s=ranks[0]["phases_s"], foreign_load=foreign)
