@@ -139,3 +139,23 @@ def test_a_straggler_splits_its_class_and_slows_the_step(catalog):
     slow = simulate(build_trace(job), cluster, faults=Faults(compute_slowdown={5: 1.5}))
     assert len(slow.classes) > len(healthy.classes)
     assert slow.step_time_s > healthy.step_time_s * 1.1
+
+
+def test_deepspeed_era_zero3_reduces_per_tensor_and_gathers_after_a_device_sync():
+    """Per-tensor ZeRO-3 as DeepSpeed ran it in 2021: one reduce-scatter per parameter from a
+    list of per-rank slices (a copy per rank), and every gather waits for the reduce-scatters
+    in flight (``torch.cuda.synchronize()`` before each per-parameter all-gather)."""
+    from workloads.strategy import Zero3Granularity
+    from workloads.trace import CollectiveKind, CollectiveOp
+    job = tiny_job(Strategy(dp=8, zero=3, zero3_granularity=Zero3Granularity.TENSOR,
+                            zero3_prefetch=False), global_batch=8, layers=2)
+    ops = build_trace(job).programs[0].ops
+    coll = [o for o in ops if isinstance(o, CollectiveOp)]
+    rs = [o for o in coll if o.kind is CollectiveKind.REDUCE_SCATTER and ".layer" in o.name]
+    tensors = len(job.model.layer_tensors())
+    assert len(rs) == job.model.layers * tensors and all(o.per_rank_copies for o in rs)
+    # The backward gather of layer 0 (after layer 1's backward) waits for layer 1's last
+    # reduce-scatter, not only for the compute before it.
+    last_rs_layer1 = max(o.id for o in rs if "layer1" in o.name)
+    gather0 = next(o for o in coll if o.name == "bwd0.layer0.zero3_all_gather.t0")
+    assert last_rs_layer1 in gather0.deps

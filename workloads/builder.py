@@ -198,6 +198,10 @@ class _StageBuilder:
                 deps = (self.e.copy(f"{name}.h2d", CopyKind.HOST_TO_DEVICE,
                                     self.layer_param_bytes / (self.s.dp * self.s.cp), deps),)
             if self.s.zero3_granularity is Zero3Granularity.TENSOR:
+                # DeepSpeed's per-parameter gather (v0.3.16, partition_parameters.py
+                # ``_allgather_param``) calls torch.cuda.synchronize() first: it waits for the
+                # gradient reduce-scatters still in flight, not only for the compute stream.
+                deps = deps + tuple(self.grad_reduce_ops[-1:])
                 for i, size in enumerate(self.tensor_bytes):
                     deps = (self.e.collective(f"{name}.t{i}", CollectiveKind.ALL_GATHER, size,
                                               "dp", Stream.DP, deps, per_rank_copies=True),)
@@ -242,7 +246,14 @@ class _StageBuilder:
         mlp = self._ep_block(f"{tag}.mlp", Phase.BACKWARD, mlp_kernels, deps)
         attn = self._attention(f"{tag}.attn", Phase.BACKWARD, attn_kernels, (mlp,), backward=True)
         grads_ready = e.last_compute
-        if self.zero3:
+        if self.zero3 and s.zero3_granularity is Zero3Granularity.TENSOR:
+            # One reduce-scatter per parameter from a list of per-rank slices, which PyTorch
+            # flattens with one copy per rank (DeepSpeed v0.3.16 ``_reduce_scatter_gradient``).
+            for i, size in enumerate(self.tensor_bytes):
+                self.grad_reduce_ops.append(e.collective(
+                    f"{tag}.zero3_reduce_scatter.t{i}", CollectiveKind.REDUCE_SCATTER, size, "dp",
+                    Stream.DP, (grads_ready,), per_rank_copies=True))
+        elif self.zero3:
             self.grad_reduce_ops.append(e.collective(
                 f"{tag}.zero3_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
                 self.layer_grad_bytes, "dp", Stream.DP, (grads_ready,)))

@@ -47,7 +47,8 @@ class Zero3Granularity(enum.Enum):
     LAYER = "layer"
     """One flat buffer per transformer layer (PyTorch FSDP wrapping each block)."""
     TENSOR = "tensor"
-    """One collective per parameter tensor (DeepSpeed ZeRO-3 as of 2020-2021)."""
+    """One all-gather and one reduce-scatter per parameter tensor, each gather after a device
+    synchronisation (DeepSpeed ZeRO-3 as of 2020-2021)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
