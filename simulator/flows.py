@@ -2,18 +2,23 @@
 
 Each transfer carries, per link, the bytes it must push through that link; all its links
 advance together (a collective finishes when its slowest part does), so a transfer's state is
-one progress fraction. Fairness is in bytes per second, as links share bandwidth among the flows
-crossing them: a transfer gets a bandwidth ``lam`` on its most loaded link and proportionally less
-on its lighter ones, and the ``lam`` of all transfers follow progressive filling (Bertsekas &
-Gallager, Data Networks, sec. 6.5.2): raise every unfrozen transfer's ``lam`` together until a
-link saturates, freeze the transfers crossing it, repeat. A small transfer sharing a link with a
-large one thus gets half the link, not half the large one's pace. Rates are recomputed whenever
-a transfer starts or ends; between those instants they are constant, so the next completion is
-known exactly and one timer is enough.
+one progress fraction. Links share their capacity among the transfers crossing them: a transfer
+moving at ``level`` times its speed alone on the network takes ``level`` of the capacity of its
+busiest links (in time: bytes over capacity) and proportionally less of its lighter ones, and
+the levels follow progressive filling (Bertsekas & Gallager, Data Networks, sec. 6.5.2): raise
+every unfrozen transfer's level together until a link saturates, freeze the transfers crossing
+it, repeat. Two transfers whose bottleneck is the same link get half of it each, whatever their
+sizes: a small transfer sharing a link with a large one gets half the link, not half the large
+one's pace. Busiest is measured in time, not bytes, so that a trunk (a pod's core uplinks,
+thousands of flows over thousands of times one NIC's capacity) is no busier than the NICs
+feeding it: a pipeline send of a thousand GPU pairs gets half of each NIC it shares with a
+data-parallel reduce-scatter, as each of its thousand flows would. Rates are recomputed
+whenever a transfer starts or ends; between those instants they are constant, so the next
+completion is known exactly and one timer is enough.
 
 Links that carry the same bytes of the same transfers and have the same capacity behave as one
 (the rank-class symmetry makes thousands of NIC links identical), so the links in use are kept
-as *regions*: sets of links with one capacity and one list of (transfer, bytes). A transfer
+as *regions*: sets of links with one capacity and one list of (transfer, share). A transfer
 starting splits regions by set intersection; one ending merges them back. Progressive filling
 then runs over a handful of regions instead of thousands of links.
 """
@@ -36,8 +41,9 @@ _EPS = 1e-12
 class _Transfer:
     id: int
     done: simpy.Event
-    heaviest: float
-    """Bytes on its most loaded link: progress rate = bandwidth there / heaviest."""
+    alone_s: float
+    """Its time alone on the network (its busiest link's bytes over that link's capacity):
+    progress rate = level / alone_s, where level is the fraction of its speed alone."""
     remaining: float = 1.0
     rate: float = 0.0
 
@@ -47,8 +53,8 @@ class _Region:
     links: frozenset[Link]
     capacity: float
     members: tuple[tuple[int, float], ...]
-    """(transfer id, share of its heaviest link's bytes) of every transfer crossing these
-    links: the bandwidth it takes here per unit of its own ``lam``."""
+    """(transfer id, fraction of these links' capacity it takes at its speed alone) of every
+    transfer crossing these links."""
 
 
 Piece = tuple[frozenset[Link], float, float]
@@ -75,10 +81,10 @@ class FlowNetwork:
             done.succeed()
             return done
         self._advance()
-        heaviest = max(b for _, b, _ in pieces)
-        t = _Transfer(next(self._ids), done, heaviest)
+        alone_s = max(b / cap for _, b, cap in pieces)
+        t = _Transfer(next(self._ids), done, alone_s)
         self.active[t.id] = t
-        self._join(t.id, tuple((links, b / heaviest, cap) for links, b, cap in pieces))
+        self._join(t.id, tuple((links, b / cap / alone_s, cap) for links, b, cap in pieces))
         self._reschedule()
         return done
 
@@ -137,7 +143,7 @@ class FlowNetwork:
 
     def _rates(self) -> None:
         self.recomputes += 1
-        residual = [r.capacity for r in self.regions]
+        residual = [1.0] * len(self.regions)  # fraction of each region's capacity left
         for t in self.active.values():
             t.rate = 0.0
         unfrozen = set(self.active)
@@ -163,7 +169,7 @@ class FlowNetwork:
                 for tid, _ in self.regions[i].members:
                     if tid in unfrozen:
                         t = self.active[tid]
-                        t.rate = level / t.heaviest
+                        t.rate = level / t.alone_s
                         unfrozen.discard(tid)
 
     def _reschedule(self) -> None:

@@ -10,9 +10,10 @@ from simulator.flows import FlowNetwork
 
 
 def reference_completions(transfers, capacity):
-    """Event-by-event max-min fair sharing of bytes per second, link by link, with no
-    grouping: the definition. A transfer's bandwidth on a link is its level times the link's
-    share of its heaviest link's bytes; its progress rate is its level over those bytes."""
+    """Event-by-event max-min fair sharing, link by link, with no grouping: the definition.
+    A transfer at level x moves at x times its speed alone, taking x of the capacity of its
+    busiest link (bytes over capacity) and proportionally less elsewhere; levels are filled
+    progressively until links saturate."""
     now, active, done = 0.0, {}, {}
     pending = sorted(transfers, key=lambda t: t[1])
     while pending or active:
@@ -24,10 +25,11 @@ def reference_completions(transfers, capacity):
             for link, b in transfers_by_name[name]:
                 residual.setdefault(link, capacity(link))
         level = 0.0
-        heaviest = {n: max(b for _, b in transfers_by_name[n]) for n in active}
+        alone = {n: max(b / capacity(l) for l, b in transfers_by_name[n]) for n in active}
 
         def share(n, link):
-            return sum(b for l2, b in transfers_by_name[n] if l2 == link) / heaviest[n]
+            """Bytes per second on ``link`` per unit of level."""
+            return sum(b for l2, b in transfers_by_name[n] if l2 == link) / alone[n]
 
         while unfrozen:
             steps = []
@@ -44,7 +46,7 @@ def reference_completions(transfers, capacity):
             saturated = {link for s, link in steps if abs(s - best) <= 1e-12}
             for n in list(unfrozen):
                 if any(l2 in saturated for l2, _ in transfers_by_name[n]):
-                    rates[n] = level / heaviest[n]
+                    rates[n] = level / alone[n]
                     unfrozen.discard(n)
         next_start = pending[0][1] if pending else float("inf")
         next_end = min((active[n] / rates[n] for n in active), default=float("inf"))
@@ -130,3 +132,26 @@ def test_back_to_back_transfers_late_in_a_long_run_all_finish():
     env.process(chain())
     env.run()
     assert not net.active and env.now > 86_400.0
+
+
+def test_a_trunk_is_no_busier_than_the_nics_that_feed_it():
+    """A pipeline send of 1,000 GPU pairs crosses 1,000 NICs and one pod trunk of 1,000 NICs'
+    capacity. Sharing one NIC with a reduce-scatter that is bottlenecked there, it gets half
+    of that NIC, as each of its flows would: twice its time alone, not the trunk-weighted
+    thousandth of the NIC that weighing by bytes would give it."""
+    nic = 50.0
+    env = simpy.Environment()
+    capacity = lambda link: nic * 1000 if link[0] is LinkKind.POD_UP else nic
+    net = FlowNetwork(env, capacity)
+    send = tuple(((LinkKind.NIC_TX, i), 1.0) for i in range(1000)) + (((LinkKind.POD_UP, 0), 1000.0),)
+    reduce = (((LinkKind.NIC_TX, 0), 1000.0),)
+    ends = {}
+
+    def run(name, loads):
+        yield net.transfer(loads)
+        ends[name] = env.now
+
+    env.process(run("send", send))
+    env.process(run("reduce", reduce))
+    env.run()
+    assert ends["send"] == pytest.approx(2 * 1.0 / nic)
