@@ -64,6 +64,11 @@ class NodeSpec:
     nic_efficiency: float = 0.92
     """Fraction of NIC line rate NCCL's large transfers reach. Default from nccl-tests on two
     NDm A100 v4 nodes (8 x 200 Gb/s HDR): all-reduce busbw 183.8-188.2 GB/s of 200 = 0.92-0.94."""
+    net_post_overhead_s: float = 1e-6
+    """CPU time NCCL's proxy thread spends posting one network send or receive: 1 us on Intel
+    x86 hosts, 2 us on AMD x86, 1 us elsewhere (NCCL ``src/graph/tuning.cc``,
+    ``getNetOverhead``). Every step of a ring that crosses nodes waits for one (three with the
+    Simple protocol), and an all-to-all posts one send and one receive per remote peer."""
     collective_latency_s: float = 0.0
     """Measured per-step latency of a collective inside this node (e.g. gloo over shared
     memory, from calibration); 0 means NCCL's own latency model (``src/graph/tuning.cc``)."""
@@ -97,6 +102,7 @@ def read_node(f: Fields) -> NodeSpec:
         local_storage=f.text("local_storage"),
         scale_up_efficiency=f.number("scale_up_efficiency", 0.85, minimum=0.05, maximum=1.0),
         nic_efficiency=f.number("nic_efficiency", 0.92, minimum=0.05, maximum=1.0),
+        net_post_overhead_s=f.quantity("net_post_overhead", Quantity.TIME, 1e-6),
         collective_latency_s=f.quantity("collective_latency", Quantity.TIME, 0.0, positive=False),
         measured_comm=read_measured_comm(f.sub("measured_comm")),
         source=f.text("source", ""),

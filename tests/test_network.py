@@ -38,6 +38,18 @@ def test_large_all_reduce_busbw_within_15_percent_of_the_8_gpu_sweep(catalog, ro
     assert predicted == pytest.approx(float(row["busbw_gbps"]), rel=0.15)
 
 
+LATENCY = [r for r in ROWS if "mscclpp" in r["source"] and not r["busbw_gbps"]]
+
+
+@pytest.mark.parametrize("row", LATENCY, ids=lambda r: f"{r['collective'].split()[0]}-{r['gpus']}g{r['nodes']}n")
+def test_1_kib_latency_within_30_percent_of_azure_ndm_a100_nccl_tests(catalog, row):
+    """One node, two nodes of one GPU, two nodes of eight: rings that cross nodes pay the
+    proxy's network post per step, trees NCCL's up-and-down depth, all-to-all a post per
+    remote peer (AMD EPYC hosts: 2 us each)."""
+    measured = float(re.search(r"([0-9.]+) ?us", row["notes"]).group(1)) * 1e-6
+    assert _predict(catalog, row).time_s == pytest.approx(measured, rel=0.3)
+
+
 def test_small_message_latency_is_nccls(catalog):
     # Azure NDm A100 v4, one node: 1 KiB all-reduce in 16.96 us (NCCL 2.17, LL protocol).
     row = next(r for r in ROWS if r["message_bytes"] == "1024" and r["gpus"] == "8"

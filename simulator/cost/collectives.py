@@ -197,11 +197,23 @@ class CollectivePlanner:
         node = self.cluster.node
         if node.collective_latency_s:
             return (1 + steps - inter) * node.collective_latency_s + inter * node.nic_latency_s
+        intra = HOP_LATENCY_US[self.intra_hop][algorithm][proto] * 1e-6
+        if inter:
+            # "Inter-node rings still have to launch nsteps * net overhead" (NCCL tuning.cc):
+            # every step waits for the proxy thread's network post, three with Simple.
+            intra = max(intra, node.net_post_overhead_s * (3 if proto is Protocol.SIMPLE else 1))
         # NCCL adds the network's own latency (graph->latencyInter) to every network hop.
         return (BASE_LATENCY_US[algorithm][proto]
-                + (steps - inter) * HOP_LATENCY_US[self.intra_hop][algorithm][proto]
                 + inter * HOP_LATENCY_US[Hop.NET][algorithm][proto]) * 1e-6 \
-            + inter * node.nic_latency_s
+            + (steps - inter) * intra + inter * node.nic_latency_s
+
+    def _tree_latency(self, proto: Protocol, per_node: int, nodes: int) -> float:
+        """Double binary tree all-reduce (NCCL tuning.cc): up and down through the node's
+        chain of GPUs and log2(nodes) network levels."""
+        net = HOP_LATENCY_US[Hop.NET][Algorithm.TREE][proto] * 1e-6 + self.cluster.node.nic_latency_s
+        return (BASE_LATENCY_US[Algorithm.TREE][proto] * 1e-6
+                + 2 * ((per_node - 1) * HOP_LATENCY_US[self.intra_hop][Algorithm.TREE][proto] * 1e-6
+                       + math.ceil(math.log2(nodes)) * net))
 
     def _protocol_efficiency(self, proto: Protocol, kind: CollectiveKind, nodes: int,
                              per_node: int) -> float:
@@ -226,8 +238,11 @@ class CollectivePlanner:
         if kind is CollectiveKind.ALL_TO_ALL:
             volume = (per_node - 1) / n * nbytes
             unit = self.direct_unit_loads(instances) if multi else ()
-            # NCCL runs all-to-all as grouped send/recv: one Simple-protocol hop each way.
-            lat = self._latency(Algorithm.RING, Protocol.SIMPLE, 1, 1 if multi else 0)
+            # NCCL runs all-to-all as grouped send/recv: one Simple-protocol hop each way, and
+            # the proxy thread posts a send and a receive for every peer in another node.
+            remote = n - per_node
+            lat = (self._latency(Algorithm.RING, Protocol.SIMPLE, 1, 1 if multi else 0)
+                   + 2 * remote * self.cluster.node.net_post_overhead_s)
             single = SINGLE_GPU_PER_NODE_EFFICIENCY if per_node == 1 else 1.0
             return [Plan(Algorithm.DIRECT, Protocol.SIMPLE, lat, volume / self.scale_up,
                          tuple((l, u * nbytes / single) for l, u in unit))]
@@ -251,10 +266,8 @@ class CollectivePlanner:
             out.append(Plan(Algorithm.RING, proto, self._latency(Algorithm.RING, proto, steps, inter),
                             intra, loads))
             if kind is CollectiveKind.ALL_REDUCE and multi:
-                depth = 2 * ((per_node - 1) + math.ceil(math.log2(len(nodes))))
-                lat = (BASE_LATENCY_US[Algorithm.TREE][proto]
-                       + depth * HOP_LATENCY_US[Hop.NET][Algorithm.TREE][proto]) * 1e-6
-                out.append(Plan(Algorithm.TREE, proto, lat, intra, loads))
+                out.append(Plan(Algorithm.TREE, proto, self._tree_latency(proto, per_node, len(nodes)),
+                                intra, loads))
         node = self.cluster.node
         if kind is CollectiveKind.ALL_REDUCE and not multi and node.nvls and n > 2:
             out.append(Plan(Algorithm.NVLS, Protocol.SIMPLE,
