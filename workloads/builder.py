@@ -292,7 +292,7 @@ class _StageBuilder:
                     deps = (e.recv(f"recv_fwd{slot.micro}.chunk{g}", prev_peer, p2p_bytes,
                                    _tag(_FWD_TAG, slot.micro, g)),)
                 if g in (0, last_global):
-                    deps += self._zero3_root(Pass.FORWARD, slot.micro)
+                    deps += self._gather_root(slot.micro)
                 if g == 0:
                     deps = (self._embedding_forward(slot.micro, deps),)
                 for layer in layers:
@@ -320,7 +320,7 @@ class _StageBuilder:
                     e.send(f"send_bwd{slot.micro}.chunk{g}", prev_peer, p2p_bytes,
                            _tag(_BWD_TAG, slot.micro, g - 1), deps)
                 if g in (0, last_global):
-                    self._zero3_root(Pass.BACKWARD, slot.micro)
+                    self._reduce_root(slot.micro)
         self.optimizer()
         return tuple(e.ops)
 
@@ -331,22 +331,26 @@ class _StageBuilder:
         return ((["embedding"] if plan.has_embedding else [])
                 + (["head"] if plan.has_head and not (m.tied_embeddings and s.pp == 1) else []))
 
-    def _zero3_root(self, kind: Pass, micro: int) -> tuple[int, ...]:
-        """ZeRO-3 of the embedding and LM head as FSDP2 shards them (in the root unit, which
-        ``fully_shard`` keeps unsharded from forward to backward): gathered once before a
-        micro-batch's forward, their gradients reduce-scattered after its backward."""
-        tables = self._root_tables()
-        if not (self.zero3 and tables):
+    def _root_bytes(self) -> float:
+        """ZeRO-3 of the embedding and LM head as FSDP2 shards them (the root unit, which
+        ``fully_shard`` keeps unsharded from forward to backward): the bytes gathered once
+        before a micro-batch's forward and reduce-scattered after its backward; 0 without."""
+        return (len(self._root_tables()) * self.m.vocab * self.m.hidden / self.s.tp * self.elem
+                if self.zero3 else 0.0)
+
+    def _gather_root(self, micro: int) -> tuple[int, ...]:
+        nbytes = self._root_bytes()
+        if not nbytes:
             return ()
-        nbytes = len(tables) * self.m.vocab * self.m.hidden / self.s.tp * self.elem
-        if kind is Pass.FORWARD:
-            return (self.e.collective(f"fwd{micro}.root.zero3_all_gather",
-                                      CollectiveKind.ALL_GATHER, nbytes, "dp", Stream.DP,
-                                      self.e.after_compute()),)
-        self.grad_reduce_ops.append(self.e.collective(
-            f"bwd{micro}.root.zero3_reduce_scatter", CollectiveKind.REDUCE_SCATTER, nbytes, "dp",
-            Stream.DP, self.e.after_compute()))
-        return ()
+        return (self.e.collective(f"fwd{micro}.root.zero3_all_gather", CollectiveKind.ALL_GATHER,
+                                  nbytes, "dp", Stream.DP, self.e.after_compute()),)
+
+    def _reduce_root(self, micro: int) -> None:
+        nbytes = self._root_bytes()
+        if nbytes:
+            self.grad_reduce_ops.append(self.e.collective(
+                f"bwd{micro}.root.zero3_reduce_scatter", CollectiveKind.REDUCE_SCATTER, nbytes,
+                "dp", Stream.DP, self.e.after_compute()))
 
     def _tp_reduce(self, name: str, deps: tuple[int, ...]) -> int:
         """The TP reduction of a vocab-parallel layer's output (reduce-scatter under SP)."""
