@@ -84,12 +84,10 @@ def software_of(row: dict) -> dict:
         out["attention"] = "standard"
     if date is not None and date < PYTORCH_FSDP:
         out["zero3_granularity"] = "tensor"
-        out["zero3_prefetch"] = False
-    for key in ("attention", "zero3_granularity"):
+        out["zero3_prefetch"] = "none"
+    for key in ("attention", "zero3_granularity", "zero3_prefetch"):
         if _cell(row, key):
             out[key] = _cell(row, key)
-    if _cell(row, "zero3_prefetch"):
-        out["zero3_prefetch"] = _cell(row, "zero3_prefetch").lower() == "true"
     return out
 
 

@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 
+from hardware_specs import SpecError
 from simulator import SimulationOptions, StepSimulation, simulate
 from simulator.cost.compute import ComputeModel
 from simulator.cost.network import Algorithm, NetworkModel, Plan, Protocol
@@ -145,10 +146,10 @@ def test_deepspeed_era_zero3_reduces_per_tensor_and_gathers_after_a_device_sync(
     """Per-tensor ZeRO-3 as DeepSpeed ran it in 2021: one reduce-scatter per parameter from a
     list of per-rank slices (a copy per rank), and every gather waits for the reduce-scatters
     in flight (``torch.cuda.synchronize()`` before each per-parameter all-gather)."""
-    from workloads.strategy import Zero3Granularity
+    from workloads.strategy import Zero3Granularity, Zero3Prefetch
     from workloads.trace import CollectiveKind, CollectiveOp
     job = tiny_job(Strategy(dp=8, zero=3, zero3_granularity=Zero3Granularity.TENSOR,
-                            zero3_prefetch=False), global_batch=8, layers=2)
+                            zero3_prefetch=Zero3Prefetch.NONE), global_batch=8, layers=2)
     ops = build_trace(job).programs[0].ops
     coll = [o for o in ops if isinstance(o, CollectiveOp)]
     rs = [o for o in coll if o.kind is CollectiveKind.REDUCE_SCATTER and ".layer" in o.name]
@@ -159,3 +160,24 @@ def test_deepspeed_era_zero3_reduces_per_tensor_and_gathers_after_a_device_sync(
     last_rs_layer1 = max(o.id for o in rs if "layer1" in o.name)
     gather0 = next(o for o in coll if o.name == "bwd0.layer0.zero3_all_gather.t0")
     assert last_rs_layer1 in gather0.deps
+
+
+def test_zero3_backward_only_prefetch_exposes_the_forward_gathers(catalog):
+    """FSDP2 on a CPU prefetches backward gathers only: forward ones wait for the layer before,
+    so the step sits between full prefetch and none, and only its forward got slower."""
+    from workloads.strategy import Zero3Prefetch
+    cluster = catalog.cluster(device="a100-80gb", num_devices=8)
+    steps = {p: _run(tiny_job(Strategy(dp=8, zero=3, zero3_prefetch=p), global_batch=8,
+                              layers=4), cluster).step_time_s
+             for p in Zero3Prefetch}
+    assert steps[Zero3Prefetch.ALL] < steps[Zero3Prefetch.BACKWARD] < steps[Zero3Prefetch.NONE]
+
+
+def test_zero3_prefetch_reads_booleans_and_names():
+    from workloads.strategy import Zero3Prefetch, strategy_from_mapping
+    assert strategy_from_mapping({"zero3_prefetch": False}).zero3_prefetch is Zero3Prefetch.NONE
+    assert strategy_from_mapping({}).zero3_prefetch is Zero3Prefetch.ALL
+    assert strategy_from_mapping({"zero3_prefetch": "backward"}).zero3_prefetch \
+        is Zero3Prefetch.BACKWARD
+    with pytest.raises(SpecError, match="zero3_prefetch"):
+        strategy_from_mapping({"zero3_prefetch": "sometimes"})

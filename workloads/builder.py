@@ -33,7 +33,7 @@ from workloads.layout import Axis, ParallelLayout
 from workloads.memory import stage_memory, stage_params
 from workloads.stages import StagePlan, stage_plans
 from workloads.strategies.pipeline import stage_order
-from workloads.strategy import Offload, Recompute, Zero3Granularity
+from workloads.strategy import Offload, Recompute, Zero3Granularity, Zero3Prefetch
 from workloads.trace import (
     CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, GroupSet, Op, Phase, Program,
     RecvOp, SendOp, Stream, Trace, validate,
@@ -215,7 +215,9 @@ class _StageBuilder:
         """Gather ``layer`` (and, with prefetch, the next one) before it computes."""
         gather = self._gather_params(kind, micro, layer, self.e.after_compute())
         pos = layers.index(layer)
-        if self.s.zero3_prefetch and pos + 1 < len(layers):
+        ahead = self.s.zero3_prefetch is Zero3Prefetch.ALL or (
+            kind is Pass.BACKWARD and self.s.zero3_prefetch is Zero3Prefetch.BACKWARD)
+        if ahead and pos + 1 < len(layers):
             self._gather_params(kind, micro, layers[pos + 1], self.e.after_compute())
         return gather
 

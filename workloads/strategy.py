@@ -51,6 +51,29 @@ class Zero3Granularity(enum.Enum):
     synchronisation (DeepSpeed ZeRO-3 as of 2020-2021)."""
 
 
+class Zero3Prefetch(enum.Enum):
+    """Which ZeRO-3 gathers are issued one layer ahead, to overlap the layer before."""
+
+    ALL = "all"
+    """Forward and backward (FSDP on GPUs: the host issues the next layer's gather while the
+    device still computes this one)."""
+    BACKWARD = "backward"
+    """Backward only: FSDP2 prefetches backward gathers explicitly, forward ones only by the host
+    running ahead of the device, which a CPU rank computing on its own thread cannot do."""
+    NONE = "none"
+    """Every gather waits for the compute before it."""
+
+
+def _prefetch(f: Fields) -> Zero3Prefetch:
+    """``true``/``false`` (all/none), or a :class:`Zero3Prefetch` name."""
+    value = f.raw("zero3_prefetch", True)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        value = value.lower() == "true"
+    if isinstance(value, bool):
+        return Zero3Prefetch.ALL if value else Zero3Prefetch.NONE
+    return f.choice("zero3_prefetch", Zero3Prefetch)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Strategy:
     """Parallel degrees and the options that change what each device computes, stores and sends."""
@@ -75,9 +98,7 @@ class Strategy:
     layers_per_stage: tuple[int, ...] = ()
     """Explicit layers per model chunk (pp x virtual_stages entries); empty: automatic."""
     zero3_granularity: Zero3Granularity = Zero3Granularity.LAYER
-    zero3_prefetch: bool = True
-    """ZeRO-3 gathers the next layer's parameters while this one computes; off, each gather
-    waits for the compute before it and the compute waits for the gather."""
+    zero3_prefetch: Zero3Prefetch = Zero3Prefetch.ALL
 
     @property
     def world_size(self) -> int:
@@ -95,7 +116,7 @@ class Strategy:
                 "zero": self.zero, "offload": self.offload.value, "offload_tier": self.offload_tier,
                 "layers_per_stage": list(self.layers_per_stage),
                 "zero3_granularity": self.zero3_granularity.value,
-                "zero3_prefetch": self.zero3_prefetch}
+                "zero3_prefetch": self.zero3_prefetch.value}
 
 
 def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
@@ -116,7 +137,7 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
         offload_tier=f.text("offload_tier", ""),
         layers_per_stage=layers,
         zero3_granularity=f.choice("zero3_granularity", Zero3Granularity, Zero3Granularity.LAYER),
-        zero3_prefetch=f.boolean("zero3_prefetch", True),
+        zero3_prefetch=_prefetch(f),
     )
     f.done()
     return spec

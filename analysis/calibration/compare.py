@@ -23,6 +23,7 @@ from simulator import StepResult
 from simulator.cost.measured import MeasuredNetwork
 from simulator.engine import StepSimulation
 from workloads import Job, Strategy
+from workloads.strategy import Zero3Prefetch
 from workloads.builder import build_trace
 
 from analysis.config import RunConfig, config_from_mapping
@@ -68,7 +69,14 @@ def calibration_config(strategy: Strategy, device: str, catalog: Sequence[str | 
     data = {"name": f"calibration-{device}", "model": model or CALIBRATION_MODEL,
             "training": training or CALIBRATION_TRAINING, "strategy": strategy.to_dict(),
             "cluster": {"gpu": device, "num_gpus": strategy.world_size}}
-    return config_from_mapping(data, catalog_dirs=catalog)
+    config = config_from_mapping(data, catalog_dirs=catalog)
+    if config.cluster.device.kind is DeviceKind.CPU and strategy.zero3_prefetch is Zero3Prefetch.ALL:
+        # FSDP2 prefetches forward gathers only by the host running ahead of the device
+        # (``fully_shard``: explicit forward prefetch is opt-in, backward prefetch the default);
+        # a CPU rank computes on the thread that would issue them.
+        ahead = replace(strategy, zero3_prefetch=Zero3Prefetch.BACKWARD)
+        config = replace(config, job=replace(config.job, strategy=ahead))
+    return config
 
 
 def host_cores() -> int:
