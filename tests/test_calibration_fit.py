@@ -280,6 +280,31 @@ def test_in_training_factor_is_predicted_over_measured_reference_step(catalog, t
     assert loaded[OpClass.MATMUL] == pytest.approx(0.8, rel=1e-5)
 
 
+def test_collectives_slow_down_in_training_as_the_tensor_parallel_reference_step_shows(catalog):
+    """The TP reference step, less its predicted compute, over its all-reduces' fitted time
+    scales every collective fit (latency and bandwidth alike)."""
+    from analysis.calibration.fit import _reference_ops, reference_prediction
+    from workloads.trace import CollectiveOp
+    base = fit_profile(document(), catalog.device("cpu-core"), catalog.nodes["cpu-host"], "x")
+    reference = {"kind": "reference_step", "tp": 2, "training": {
+        "seq_len": 64, "global_batch": 2, "micro_batch": 1, "precision": "fp32"},
+        "model": {"name": "ref", "layers": 2, "hidden": 128, "heads": 2, "vocab": 256,
+                  "position": "learned", "max_positions": 64}}
+    fit = base.node.measured_comm[CommOp.ALL_REDUCE]
+    comm = sum(measured_time(fit, CommOp.ALL_REDUCE, 2, op.bytes)
+               for op in _reference_ops(reference) if isinstance(op, CollectiveOp))
+    assert comm > 0
+    measured = reference_prediction(reference, base.device) + 1.5 * comm
+    p = fit_profile(document(synthetic_records() + [dict(reference, time_s=measured)]),
+                    catalog.device("cpu-core"), catalog.nodes["cpu-host"], "x")
+    assert p.device.efficiency.in_training == {}    # the TP step does not set the compute factor
+    for op, f in p.node.measured_comm.items():
+        raw = base.node.measured_comm[op]
+        assert f.latency_s == pytest.approx(1.5 * raw.latency_s)
+        assert f.bandwidth == pytest.approx(raw.bandwidth / 1.5)
+    assert p.device.provenance["comm_in_training"] == "1.5"
+
+
 MEASURED = REPO / "analysis" / "data" / "calibration" / "2026-11-29-amd-epyc-2-cores"
 
 

@@ -18,6 +18,10 @@
 - In training: a whole step of a reference GPT, timed on every rank at once, against the step
   the fitted curves predict for it; the ratio becomes the device's ``in_training`` factor
   (caches shared with the other ranks, a working set beyond them, autograd's bookkeeping).
+  The same GPT tensor-parallel over the ranks, less its predicted compute, over its
+  all-reduces' fitted time, scales every collective fit: a collective inside a step costs more
+  than between two GEMMs (on the 2-core VM 1.3-2x: its buffers and gloo's are out of cache,
+  the peer arrives later). Both reference jobs differ in shape from what ``validate`` trains.
 
 The profile keeps the base entry's datasheet fields (memory size, TDP, node layout) and
 replaces what was measured; it is stamped with the microbenchmark's provenance.
@@ -38,11 +42,11 @@ from hardware_specs.device import DeviceEfficiency
 from hardware_specs.efficiency import MEMORY_BOUND
 from hardware_specs.measured_comm import AlphaBeta, CommOp
 from simulator.cost.compute import ComputeModel
-from simulator.cost.measured import ring_steps_and_traffic
+from simulator.cost.measured import measured_time, ring_steps_and_traffic
 from workloads import Job, Strategy
 from workloads.builder import build_trace
 from workloads.model import from_mapping
-from workloads.trace import ComputeOp
+from workloads.trace import CollectiveKind, CollectiveOp, ComputeOp
 from workloads.training import training_from_mapping
 
 ELEMENT_BYTES = 4.0
@@ -73,6 +77,9 @@ ADAM_BYTES_PER_PARAM = 28.0
 m, v (16 + 12 bytes)."""
 IN_TRAINING_MIN = 0.05
 """Smallest in-training factor the catalog accepts."""
+COMM_IN_TRAINING_MIN, COMM_IN_TRAINING_MAX = 0.5, 4.0
+"""Range accepted for the in-training slowdown of collectives (outside it, a measurement went
+wrong: the host was busy with something else)."""
 MAX_LOST = 0.9
 """Largest share of an overlapped transfer's time that compute may lose (slowdown 9)."""
 BINS_PER_DECADE = 3
@@ -221,21 +228,56 @@ def in_training_factor(records: Iterable[Mapping], device: DeviceSpec) -> float 
     """Predicted over measured time of the reference training step (``reference_step``
     records): the fraction of isolated-kernel speed kernels keep inside a real step, applied
     to every op class. None without such a record."""
-    ref = [r for r in records if r.get("kind") == "reference_step" and r.get("time_s", 0) > 0]
+    ref = [r for r in records if r.get("kind") == "reference_step" and r.get("time_s", 0) > 0
+           and r.get("tp", 1) == 1]
     if not ref:
         return None
     factors = [reference_prediction(r, device) / r["time_s"] for r in ref]
     return min(MAX_FRACTION, max(IN_TRAINING_MIN, statistics.median(factors)))
 
 
-def reference_prediction(record: Mapping, device: DeviceSpec) -> float:
-    """The compute time of a ``reference_step`` record's job, one rank on ``device``."""
+def _reference_ops(record: Mapping) -> tuple:
+    """The ops of rank 0 of a ``reference_step`` record's job (tensor parallel over ``tp``)."""
+    tp = int(record.get("tp", 1))
     job = Job(from_mapping(record["model"], "microbench.reference.model"),
               training_from_mapping(record["training"], "microbench.reference.training"),
-              Strategy()).checked(1)
+              Strategy(tp=tp)).checked(tp)
+    return build_trace(job).programs[0].ops
+
+
+def reference_prediction(record: Mapping, device: DeviceSpec) -> float:
+    """The compute time of a ``reference_step`` record's job, one rank on ``device``."""
     model = ComputeModel(device)
-    return sum(model.op_time(op) for prog in build_trace(job).programs
-               for op in prog.ops if isinstance(op, ComputeOp))
+    return sum(model.op_time(op) for op in _reference_ops(record) if isinstance(op, ComputeOp))
+
+
+def comm_in_training_factor(records: Iterable[Mapping], device: DeviceSpec,
+                            fits: Mapping[CommOp, AlphaBeta]) -> float | None:
+    """How much longer a collective takes inside a training step than between compute bursts:
+    the tensor-parallel reference step (its all-reduces block it, nothing overlaps) less its
+    predicted compute, over its all-reduces' fitted time. None without such a record."""
+    ref = [r for r in records if r.get("kind") == "reference_step" and r.get("time_s", 0) > 0
+           and r.get("tp", 1) > 1]
+    fit = fits.get(CommOp.ALL_REDUCE)
+    if not ref or fit is None:
+        return None
+    factors = []
+    for r in ref:
+        ops = _reference_ops(r)
+        comm = sum(measured_time(fit, CommOp.ALL_REDUCE, int(r["tp"]), op.bytes)
+                   for op in ops if isinstance(op, CollectiveOp)
+                   and op.kind is CollectiveKind.ALL_REDUCE)
+        if comm > 0:
+            factors.append((r["time_s"] - reference_prediction(r, device)) / comm)
+    if not factors:
+        return None
+    return min(COMM_IN_TRAINING_MAX, max(COMM_IN_TRAINING_MIN, statistics.median(factors)))
+
+
+def in_training_comm(fits: Mapping[CommOp, AlphaBeta], factor: float) -> dict[CommOp, AlphaBeta]:
+    """Every fit ``factor`` times slower (latency and transfer alike)."""
+    return {op: AlphaBeta(latency_s=f.latency_s * factor, bandwidth=f.bandwidth / factor)
+            for op, f in fits.items()}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -285,6 +327,11 @@ def fit_profile(doc: Mapping, base_device: DeviceSpec, base_node: NodeSpec, name
         device = replace(device, efficiency=replace(
             device.efficiency, compute_slowdown_when_overlapped=overlap[0],
             comm_slowdown_when_overlapped=overlap[1]))
+    comm_factor = comm_in_training_factor(records, device, fits)
+    if comm_factor is not None:
+        fits = in_training_comm(fits, comm_factor)
+        device = replace(device, provenance={**device.provenance,
+                                             "comm_in_training": f"{comm_factor:.3g}"})
     node = replace(base_node, name=name, device=name, measured_comm=fits,
                    source=f"calibrated by clustersim calibrate from {base_node.name}; "
                           f"{provenance.get('date', '')}")

@@ -202,19 +202,23 @@ step (a working set beyond the caches, the other ranks' memory traffic, autograd
 Deliberately another shape than the GPT that ``calibrate validate`` trains."""
 
 
-def reference_job() -> Job:
+def reference_job(tp: int = 1) -> Job:
     return Job(from_mapping(REFERENCE_MODEL), training_from_mapping(REFERENCE_TRAINING),
-               Strategy()).checked(1)
+               Strategy(tp=tp)).checked(tp)
 
 
-def _reference_step(env: RankEnv, trials: int) -> dict:
-    job = reference_job()
+def _reference_step(env: RankEnv, trials: int, tp: TensorGroup | None = None) -> dict:
+    """The reference step: on every rank alone, or (``tp``) split over the ranks as Megatron
+    tensor parallelism, whose all-reduces block the step and so show what a collective costs
+    inside training."""
+    tp = tp or TensorGroup()
+    job = reference_job(tp.size)
     device = env.torch_device()
     m = job.model
-    stage = Stage(m, job.training.seq_len, range(m.layers), True, True, TensorGroup(),
-                  seed=env.rank).to(device)
+    stage = Stage(m, job.training.seq_len, range(m.layers), True, True, tp,
+                  seed=0 if tp.size > 1 else env.rank).to(device)
     opt = torch.optim.Adam(stage.parameters(), lr=1e-3, fused=True)
-    data = batches(job, 0, env.rank, device)
+    data = batches(job, 0, 0 if tp.size > 1 else env.rank, device)
 
     def step() -> None:
         for x, y in data:
@@ -232,7 +236,12 @@ def _reference_step(env: RankEnv, trials: int) -> dict:
         synchronize(env)
         times.append(time.perf_counter() - start)
     return {"kind": "reference_step", "model": REFERENCE_MODEL, "training": REFERENCE_TRAINING,
-            "time_s": statistics.median(times)}
+            "tp": tp.size, "time_s": statistics.median(times)}
+
+
+def reference_tp_rank(env: RankEnv, trials: int) -> list[dict]:
+    """The reference step tensor-parallel over all ranks (rank 0's record)."""
+    return [_reference_step(env, trials, TensorGroup(dist.group.WORLD, env.world, env.rank))]
 
 
 def compute_rank(env: RankEnv, plan: Plan) -> list[dict]:
@@ -299,6 +308,9 @@ def run_microbench(plan: Plan, *, device: str = "cpu", ranks: int = 0,
         records += run_ranks(comm_and_overlap_rank, world,
                              (plan.message_bytes, plan.overlap_bytes, plan.comm_trials),
                              device=device, threads=threads)[0]
+        if REFERENCE_MODEL["heads"] % world == 0:
+            records += run_ranks(reference_tp_rank, world, (plan.trials,), device=device,
+                                 threads=threads)[0]
         load[f"communication_world{world}"] = meter.foreign_cores()
     return {"version": MICROBENCH_VERSION, "provenance": provenance(device, threads),
             "setup": {"device": device, "compute_ranks": ranks, "threads_per_rank": threads,
