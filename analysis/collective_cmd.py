@@ -4,6 +4,8 @@ Sizes double from ``--min-bytes`` to ``--max-bytes`` as ``nccl-tests -b -e -f 2`
 columns follow nccl-tests (doc/PERFORMANCE.md): algbw = size / time, busbw = algbw x the
 collective's bus factor (all-reduce 2(n-1)/n, all-gather / reduce-scatter / all-to-all (n-1)/n).
 One group of ``--gpus`` ranks, packed onto nodes, runs alone on the fabric.
+``--gpus-per-thread N`` is nccl-tests' ``-g N``: one thread launches N GPUs' kernels back to
+back, and small sizes then measure that host loop rather than the GPUs.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from dataclasses import dataclass
 from hardware_specs import ClusterSpec, SpecError, load_catalog
 from hardware_specs.fields import parse_enum
 from hardware_specs.units import Quantity, parse
-from simulator.cost.collectives import Algorithm
+from simulator.cost.collectives import (
+    COLL_CHANNELS, Algorithm, nccl_channels, single_thread_launch_s,
+)
 from simulator.cost.network import NetworkModel, bus_factor
 from workloads.trace import CollectiveKind
 
@@ -41,8 +45,11 @@ class CollectiveRow:
 
 
 def measure(cluster: ClusterSpec, op: str, gpus: int, size: float,
-            algorithm: Algorithm | None = None) -> CollectiveRow:
-    """One nccl-tests line: ``op`` of ``size`` bytes over the first ``gpus`` devices."""
+            algorithm: Algorithm | None = None, gpus_per_thread: int = 1) -> CollectiveRow:
+    """One nccl-tests line: ``op`` of ``size`` bytes over the first ``gpus`` devices.
+
+    ``gpus_per_thread``: nccl-tests ``-g`` (one thread launching that many GPUs' kernels);
+    1 for one process or thread per GPU (mpirun, ``-t``)."""
     kind = OPS[op]
     network = NetworkModel(cluster, {kind: algorithm} if algorithm and kind else None)
     devices = tuple(cluster.device_of(r) for r in range(gpus))
@@ -54,6 +61,11 @@ def measure(cluster: ClusterSpec, op: str, gpus: int, size: float,
         plan = network.plan(kind, size, (devices,))
         factor = bus_factor(kind, gpus)
     t = plan.time(network.topology)
+    if gpus_per_thread > 1 and kind is not None:
+        channels = COLL_CHANNELS.get(cluster.device.scale_up_generation, 16)
+        if plan.algorithm is Algorithm.RING:
+            channels = nccl_channels(plan.protocol, size, gpus, channels)
+        t = max(t, single_thread_launch_s(gpus_per_thread, channels))
     algbw = size / t / 1e9
     return CollectiveRow(size, t, algbw, algbw * factor, plan.algorithm.value, plan.protocol.value)
 
@@ -78,6 +90,8 @@ def register(sub) -> None:
     p.add_argument("--step-factor", type=float, default=2.0)
     p.add_argument("--algorithm", choices=[a.value for a in Algorithm],
                    help="force an algorithm (default: NCCL-style automatic choice)")
+    p.add_argument("--gpus-per-thread", type=int, default=1,
+                   help="nccl-tests -g: GPUs one thread launches (default 1: mpirun, -t)")
     p.add_argument("--json", metavar="OUT", help="write the rows as JSON")
     add_catalog_option(p)
     p.set_defaults(func=run)
@@ -115,8 +129,11 @@ def run(args: argparse.Namespace) -> int:
     cluster = _cluster(args)
     if cluster.num_devices < args.gpus:
         raise SpecError("--gpus", f"{args.gpus} exceeds the cluster's {cluster.num_devices} GPUs")
+    if not 1 <= args.gpus_per_thread <= args.gpus:
+        raise SpecError("--gpus-per-thread", f"expected 1 to --gpus ({args.gpus}), got "
+                        f"{args.gpus_per_thread}")
     algorithm = parse_enum(Algorithm, args.algorithm, "--algorithm") if args.algorithm else None
-    rows = [measure(cluster, args.op, args.gpus, s, algorithm)
+    rows = [measure(cluster, args.op, args.gpus, s, algorithm, args.gpus_per_thread)
             for s in sizes(_size(args.min_bytes, "--min-bytes"), _size(args.max_bytes, "--max-bytes"),
                            args.step_factor)]
     table = [[f"{r.bytes:.0f}", f"{r.bytes / 4:.0f}", f"{r.time_s * 1e6:.2f}", f"{r.algbw_gbps:.2f}",

@@ -101,6 +101,39 @@ technical blog on NCCL 2.17 NVLink SHARP), i.e. 480 / 1.75 / 450 = 0.61 of the p
 COPY_KERNEL_S = 5e-6
 """One small device-to-device copy kernel, launch-bound (CUDA launch latency ~5 us)."""
 
+# NCCL's per-collective channel count (src/enqueue.cc, getAlgoInfo, "Ring/Tree channel tuning",
+# unchanged 2.12-2.18): start from the communicator's channels and drop one while
+# nBytes < nChannels x nThreads x threadThreshold. Thresholds are bytes per thread
+# (src/include/comm.h: LL 8, LL128 8, Simple 64; tuning.cc multiplies the ring LL one by nRanks);
+# threads per block: LL 512, LL128 640, Simple 512 (src/include/devcomm.h, tuning.cc).
+THREAD_THRESHOLD = {Protocol.LL: 8, Protocol.LL128: 8, Protocol.SIMPLE: 64}
+MAX_THREADS = {Protocol.LL: 512, Protocol.LL128: 640, Protocol.SIMPLE: 512}
+COLL_CHANNELS = {"nvlink3": 24, "nvlink4": 32, "nvlink5": 32}
+"""Ring channels NCCL builds on one NVSwitch node: 24 on 8x A100 (NCCL INFO "Channel 23/24",
+NVIDIA/nccl-tests#100, HGX A100 80GB); 32 on H100/B200 (assumed, not checked here)."""
+HOST_LAUNCH_S = 5.2e-6
+HOST_PER_CHANNEL_S = 0.3e-6
+"""Host cost of one communicator's kernel launch in ncclGroupEnd: a CUDA launch (~5 us) plus the
+per-channel work NCCL builds and writes to its work FIFO (enqueue.cc addCollToPlan/uploadWork
+loop over the collective's channels). Only visible when one thread drives several GPUs
+(nccl-tests -g N: NCCL launches the N kernels one after another at ncclGroupEnd, sjeaugey in
+NVIDIA/nccl#347); values fitted to the 8x A100 -g 8 sweep (stas00), 32 KiB-4 MiB rows."""
+
+
+def nccl_channels(proto: "Protocol", nbytes: float, n: int, channels: int) -> int:
+    """Channels NCCL gives one ring collective of ``nbytes`` (enqueue.cc channel tuning)."""
+    threshold = THREAD_THRESHOLD[proto] * (n if proto is Protocol.LL else 1)
+    nc = channels
+    while nc > 1 and nbytes < nc * MAX_THREADS[proto] * threshold:
+        nc -= 1
+    return nc
+
+
+def single_thread_launch_s(gpus_per_thread: int, channels: int) -> float:
+    """Host time per iteration when one thread launches ``gpus_per_thread`` communicators'
+    kernels back to back; nccl-tests' time per iteration cannot be shorter than this."""
+    return gpus_per_thread * (HOST_LAUNCH_S + HOST_PER_CHANNEL_S * channels)
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
