@@ -75,6 +75,9 @@ class NodeSpec:
     measured_comm: Mapping[CommOp, AlphaBeta] = field(default_factory=dict)
     """Calibrated alpha-beta fits by operation for groups inside this node (see
     ``measured_comm.py``); operations not listed use the analytic model."""
+    comm_in_training: float = 1.0
+    """How much longer a ``measured_comm`` collective takes inside a training step than where
+    it was measured (after a GEMM): calibration's tensor-parallel reference step."""
     source: str = ""
 
     @property
@@ -105,6 +108,7 @@ def read_node(f: Fields) -> NodeSpec:
         net_post_overhead_s=f.quantity("net_post_overhead", Quantity.TIME, 1e-6),
         collective_latency_s=f.quantity("collective_latency", Quantity.TIME, 0.0, positive=False),
         measured_comm=read_measured_comm(f.sub("measured_comm")),
+        comm_in_training=f.number("comm_in_training", 1.0, minimum=0.5, maximum=4.0),
         source=f.text("source", ""),
     )
     f.done()

@@ -81,7 +81,7 @@ def test_calibrate_all_end_to_end(tmp_path):
 
 
 def test_validate_rejects_a_strategy_before_any_real_run():
-    profile = REPO / "analysis" / "data" / "calibration" / "2026-11-29-amd-epyc-2-cores" / \
+    profile = REPO / "analysis" / "data" / "calibration" / "2026-11-30-amd-epyc-2-cores" / \
         "profile.yaml"
     run = subprocess.run(
         [sys.executable, "-m", "analysis.cli", "calibrate", "validate", "--profile", str(profile),

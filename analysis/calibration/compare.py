@@ -97,13 +97,16 @@ def time_shared_comm(node: NodeSpec, ranks_per_core: float) -> NodeSpec:
     """Measured communication between processes that share cores: gloo's copies, reductions
     and wake-ups are CPU work too, so each takes ``ranks_per_core`` times as long (on the
     2-core VM, a 2-rank all-reduce added 1.4-2.7x more to a compute loop with 4 processes
-    than with 2)."""
+    than with 2). What a collective loses inside a step beyond that (``comm_in_training``:
+    waiting for the peer and for data out of cache) is time its core gives to the other rank
+    on it, so a shared core pays max(ranks per core, in-training factor) times the fit."""
     if ranks_per_core <= 1 or not node.measured_comm:
         return node
     return replace(node, measured_comm={
         op: AlphaBeta(latency_s=f.latency_s * ranks_per_core,
                       bandwidth=f.bandwidth / ranks_per_core)
-        for op, f in node.measured_comm.items()})
+        for op, f in node.measured_comm.items()},
+        comm_in_training=max(1.0, node.comm_in_training / ranks_per_core))
 
 
 def predict(config: RunConfig, cores: int, threads: int = 1) -> StepResult:

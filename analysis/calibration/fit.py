@@ -19,9 +19,9 @@
   the fitted curves predict for it; the ratio becomes the device's ``in_training`` factor
   (caches shared with the other ranks, a working set beyond them, autograd's bookkeeping).
   The same GPT tensor-parallel over the ranks, less its predicted compute, over its
-  all-reduces' fitted time, scales every collective fit: a collective inside a step costs more
-  than between two GEMMs (on the 2-core VM 1.3-2x: its buffers and gloo's are out of cache,
-  the peer arrives later). Both reference jobs differ in shape from what ``validate`` trains.
+  all-reduces' fitted time, is the node's ``comm_in_training``: a collective inside a step
+  costs more than between two GEMMs (1.7-2x on the 2-core VM: its buffers and gloo's are out
+  of cache, the peer arrives later). Both reference jobs differ in shape from what ``validate`` trains.
 
 The profile keeps the base entry's datasheet fields (memory size, TDP, node layout) and
 replaces what was measured; it is stamped with the microbenchmark's provenance.
@@ -274,11 +274,6 @@ def comm_in_training_factor(records: Iterable[Mapping], device: DeviceSpec,
     return min(COMM_IN_TRAINING_MAX, max(COMM_IN_TRAINING_MIN, statistics.median(factors)))
 
 
-def in_training_comm(fits: Mapping[CommOp, AlphaBeta], factor: float) -> dict[CommOp, AlphaBeta]:
-    """Every fit ``factor`` times slower (latency and transfer alike)."""
-    return {op: AlphaBeta(latency_s=f.latency_s * factor, bandwidth=f.bandwidth / factor)
-            for op, f in fits.items()}
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Profile:
@@ -328,11 +323,8 @@ def fit_profile(doc: Mapping, base_device: DeviceSpec, base_node: NodeSpec, name
             device.efficiency, compute_slowdown_when_overlapped=overlap[0],
             comm_slowdown_when_overlapped=overlap[1]))
     comm_factor = comm_in_training_factor(records, device, fits)
-    if comm_factor is not None:
-        fits = in_training_comm(fits, comm_factor)
-        device = replace(device, provenance={**device.provenance,
-                                             "comm_in_training": f"{comm_factor:.3g}"})
     node = replace(base_node, name=name, device=name, measured_comm=fits,
+                   comm_in_training=1.0 if comm_factor is None else comm_factor,
                    source=f"calibrated by clustersim calibrate from {base_node.name}; "
                           f"{provenance.get('date', '')}")
     reduce_fit = fits.get(CommOp.ALL_REDUCE)
@@ -381,6 +373,7 @@ def profile_document(profile: Profile) -> dict:
         "measured_comm": {op.value: {"latency": f"{_g(f.latency_s)} s",
                                      "bandwidth": f"{_g(f.bandwidth)} B/s"}
                           for op, f in n.measured_comm.items()},
+        "comm_in_training": float(_g(n.comm_in_training)),
         "nvls": n.nvls, "nic_count": n.nic_count, "nic_bandwidth": f"{_g(n.nic_bandwidth)} B/s",
         "nic_kind": n.nic_kind.value, "nic_latency": f"{_g(n.nic_latency_s)} s",
         "nic_efficiency": n.nic_efficiency, "pcie_generation": n.pcie_generation,

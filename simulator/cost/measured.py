@@ -57,16 +57,17 @@ class MeasuredNetwork(NetworkModel):
         fit = self.cluster.node.measured_comm.get(op) if op is not None else None
         if fit is None or not self._inside_one_node(instances[0]):
             return super().plan(kind, nbytes, instances)
-        return _plan(*_terms(fit, op, len(instances[0]), nbytes))
+        return self._plan(fit, op, len(instances[0]), nbytes)
 
     def p2p_plan(self, nbytes: float, pairs: list[tuple[int, int]]) -> Plan:
         fit = self.cluster.node.measured_comm.get(CommOp.SEND_RECV)
         if fit is None or not all(self._inside_one_node(p) for p in pairs):
             return super().p2p_plan(nbytes, pairs)
-        return _plan(*_terms(fit, CommOp.SEND_RECV, 2, nbytes))
+        return self._plan(fit, CommOp.SEND_RECV, 2, nbytes)
 
-
-def _plan(latency_s: float, transfer_s: float) -> Plan:
-    """A plan on the node's own links only (no network load); interference and degraded
-    links stretch its transfer part."""
-    return Plan(Algorithm.DIRECT, Protocol.SIMPLE, latency_s, transfer_s, ())
+    def _plan(self, fit: AlphaBeta, op: CommOp, n: int, nbytes: float) -> Plan:
+        """A plan on the node's own links only (no network load), as long as it takes inside a
+        training step; interference and degraded links stretch its transfer part."""
+        factor = self.cluster.node.comm_in_training
+        latency, transfer = _terms(fit, op, n, nbytes)
+        return Plan(Algorithm.DIRECT, Protocol.SIMPLE, latency * factor, transfer * factor, ())
