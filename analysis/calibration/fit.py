@@ -20,8 +20,9 @@
   (caches shared with the other ranks, a working set beyond them, autograd's bookkeeping).
   The same GPT tensor-parallel over the ranks, less its predicted compute, over its
   all-reduces' fitted time, is the node's ``comm_in_training``: a collective inside a step
-  costs more than between two GEMMs (1.7-2x on the 2-core VM: its buffers and gloo's are out
-  of cache, the peer arrives later). Both reference jobs differ in shape from what ``validate`` trains.
+  costs more than between two GEMMs (1.5-2x on the 2-core VM: its buffers and gloo's are out
+  of cache, the peer arrives later). Both reference jobs differ in shape from what
+  ``validate`` trains.
 
 The profile keeps the base entry's datasheet fields (memory size, TDP, node layout) and
 replaces what was measured; it is stamped with the microbenchmark's provenance.
@@ -236,12 +237,16 @@ def in_training_factor(records: Iterable[Mapping], device: DeviceSpec) -> float 
     return min(MAX_FRACTION, max(IN_TRAINING_MIN, statistics.median(factors)))
 
 
+def reference_job(model: Mapping, training: Mapping, tp: int = 1) -> Job:
+    """The reference GPT's job, tensor-parallel over ``tp`` ranks."""
+    return Job(from_mapping(model, "microbench.reference.model"),
+               training_from_mapping(training, "microbench.reference.training"),
+               Strategy(tp=tp)).checked(tp)
+
+
 def _reference_ops(record: Mapping) -> tuple:
-    """The ops of rank 0 of a ``reference_step`` record's job (tensor parallel over ``tp``)."""
-    tp = int(record.get("tp", 1))
-    job = Job(from_mapping(record["model"], "microbench.reference.model"),
-              training_from_mapping(record["training"], "microbench.reference.training"),
-              Strategy(tp=tp)).checked(tp)
+    """The ops of rank 0 of a ``reference_step`` record's job."""
+    job = reference_job(record["model"], record["training"], int(record.get("tp", 1)))
     return build_trace(job).programs[0].ops
 
 
@@ -272,7 +277,6 @@ def comm_in_training_factor(records: Iterable[Mapping], device: DeviceSpec,
     if not factors:
         return None
     return min(COMM_IN_TRAINING_MAX, max(COMM_IN_TRAINING_MIN, statistics.median(factors)))
-
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -24,11 +24,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from workloads import Job, Strategy
-from workloads.model import from_mapping
-from workloads.training import training_from_mapping
-
 from analysis.calibration.comm_bench import comm_and_overlap_rank
+from analysis.calibration.fit import reference_job
 from analysis.calibration.gpt import Stage, TensorGroup
 from analysis.calibration.hostload import LoadMeter
 from analysis.calibration.launch import RankEnv, run_ranks, synchronize
@@ -202,17 +199,12 @@ step (a working set beyond the caches, the other ranks' memory traffic, autograd
 Deliberately another shape than the GPT that ``calibrate validate`` trains."""
 
 
-def reference_job(tp: int = 1) -> Job:
-    return Job(from_mapping(REFERENCE_MODEL), training_from_mapping(REFERENCE_TRAINING),
-               Strategy(tp=tp)).checked(tp)
-
-
 def _reference_step(env: RankEnv, trials: int, tp: TensorGroup | None = None) -> dict:
     """The reference step: on every rank alone, or (``tp``) split over the ranks as Megatron
     tensor parallelism, whose all-reduces block the step and so show what a collective costs
     inside training."""
     tp = tp or TensorGroup()
-    job = reference_job(tp.size)
+    job = reference_job(REFERENCE_MODEL, REFERENCE_TRAINING, tp.size)
     device = env.torch_device()
     m = job.model
     stage = Stage(m, job.training.seq_len, range(m.layers), True, True, tp,
