@@ -142,6 +142,9 @@ def run(args: argparse.Namespace) -> int:
           f"{cluster.node.name} node, {cluster.fabric.name}); float32, sum")
     print(render(["size (B)", "count", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algorithm"],
                  table))
+    if algorithm is not None and any(r.algorithm != algorithm.value for r in rows):
+        print(f"\nnote: {algorithm.value} cannot run this {args.op} here; NCCL falls back to "
+              "the ring, as above")
     if args.json:
         write_json([r.to_dict() for r in rows], args.json)
         print(f"\nwrote {args.json}")

@@ -94,6 +94,29 @@ def test_nvls_beats_the_ring_for_large_all_reduce_on_nvswitch(catalog):
     assert auto.algorithm == "nvls" and auto.busbw_gbps > 1.2 * ring.busbw_gbps
 
 
+def test_tree_inside_one_node_is_a_chain(catalog):
+    cluster = catalog.cluster(device="a100-80gb", num_devices=8)
+    # NCCL's tuner numbers: tree/LL128 (31.5 us, 0.36 of the link) beats ring/LL128 (40.6 us,
+    # 0.53) below ~2.4 MiB and ring/LL above ~0.7 MiB; the ring takes everything else.
+    chosen = {s: measure(cluster, "all_reduce", 8, s) for s in (2**16, 2**21, 2**26)}
+    assert [(r.algorithm, r.protocol) for r in chosen.values()] == [
+        ("ring", "LL"), ("tree", "LL128"), ("ring", "Simple")]
+    tiny = measure(cluster, "all_reduce", 8, 8, Algorithm.TREE)
+    # NCCL tuning.cc: baseLat 6.8 us + 2 x (8 - 1) chain hops x 0.6 us (tree, LL, NVLink).
+    assert (tiny.algorithm, tiny.protocol) == ("tree", "LL")
+    assert tiny.time_s == pytest.approx((6.8 + 2 * 7 * 0.6) * 1e-6, rel=0.01)
+    large = measure(cluster, "all_reduce", 8, 2**30, Algorithm.TREE)
+    ring = measure(cluster, "all_reduce", 8, 2**30, Algorithm.RING)
+    # algorithm bandwidth 0.5 x 0.92 of the link against the ring's n / 2(n-1) of it
+    assert large.time_s / ring.time_s == pytest.approx((8 / 14) / (0.5 * 0.92), rel=0.12)
+
+
+def test_a_forced_algorithm_that_cannot_run_falls_back_to_the_ring(catalog):
+    cluster = catalog.cluster(device="a100-80gb", num_devices=8)   # no NVLink SHARP
+    row = measure(cluster, "all_reduce", 8, 2**30, Algorithm.NVLS)
+    assert row.algorithm == "ring"
+
+
 def test_in_network_reduction_halves_inter_node_all_reduce_traffic(catalog):
     from dataclasses import replace
     cluster = catalog.cluster(device="h100-sxm", num_devices=64)

@@ -98,6 +98,11 @@ NVLS_EFFICIENCY = 0.6
 """NVLink SHARP all-reduce: algorithm bandwidth as a fraction of a GPU's NVLink port bandwidth
 per direction. NVIDIA reports ~480 GB/s bus bandwidth for NVLS all-reduce on 8 H100 (NVIDIA
 technical blog on NCCL 2.17 NVLink SHARP), i.e. 480 / 1.75 / 450 = 0.61 of the port."""
+TREE_ALGBW_RATIO = 0.5
+TREE_CHAIN_FRACTION = {Protocol.LL: 0.92 / 3.8, Protocol.LL128: 0.92 * 7.0 / 9.0,
+                       Protocol.SIMPLE: 0.92}
+"""NCCL's tuner for a tree on one node (tuning.cc): bus bandwidth x 0.92, LL x 1/3.8, LL128
+x 7/9, then algorithm bandwidth = 0.5 x bus bandwidth."""
 COPY_KERNEL_S = 5e-6
 """One small device-to-device copy kernel, launch-bound (CUDA launch latency ~5 us)."""
 
@@ -248,6 +253,14 @@ class CollectivePlanner:
                 + 2 * ((per_node - 1) * HOP_LATENCY_US[self.intra_hop][Algorithm.TREE][proto] * 1e-6
                        + math.ceil(math.log2(nodes)) * net))
 
+    def _chain_plan(self, proto: Protocol, n: int, nbytes: float) -> Plan:
+        """Tree all-reduce inside one node: NCCL's tree there is a chain through the GPUs,
+        reducing up and broadcasting down. NCCL's tuner (tuning.cc) rates its algorithm
+        bandwidth at half the link's, derated 0.92 (LL128: 7/9 on one node, LL: 1/3.8), and
+        its latency from 2(n-1) chain hops: LL128's shorter hops win around 1-2 MiB."""
+        algbw = self.scale_up * TREE_ALGBW_RATIO * TREE_CHAIN_FRACTION[proto]
+        return Plan(Algorithm.TREE, proto, self._tree_latency(proto, n, 1), nbytes / algbw, ())
+
     def _protocol_efficiency(self, proto: Protocol, kind: CollectiveKind, nodes: int,
                              per_node: int) -> float:
         """Fraction of the ring's link bandwidth a protocol delivers (NCCL tuner rules)."""
@@ -301,6 +314,8 @@ class CollectivePlanner:
             if kind is CollectiveKind.ALL_REDUCE and multi:
                 out.append(Plan(Algorithm.TREE, proto, self._tree_latency(proto, per_node, len(nodes)),
                                 intra, loads))
+            elif kind is CollectiveKind.ALL_REDUCE and n > 2:
+                out.append(self._chain_plan(proto, n, nbytes))
         node = self.cluster.node
         if kind is CollectiveKind.ALL_REDUCE and not multi and node.nvls and n > 2:
             out.append(Plan(Algorithm.NVLS, Protocol.SIMPLE,

@@ -41,7 +41,11 @@ class NetworkModel:
             candidates = self.planner.plans(kind, nbytes, instances)
             forced = self.algorithms.get(kind)
             if forced is not None:
-                candidates = [p for p in candidates if p.algorithm is forced] or candidates
+                # NCCL falls back to the ring when the forced algorithm cannot run this
+                # collective (tuning.cc: "at least set ring algo available").
+                candidates = ([p for p in candidates if p.algorithm is forced]
+                              or [p for p in candidates if p.algorithm is Algorithm.RING]
+                              or candidates)
             hit = self._plans[key] = min(candidates, key=lambda p: p.time(self.topology))
         return hit
 
