@@ -64,8 +64,8 @@ def summary(report: StepReport) -> str:
         ("peak memory", f"{format_bytes(r.peak_memory_gb * 1e9)} per GPU "
                         f"({'fits' if r.fits_in_memory else 'DOES NOT FIT'} in "
                         f"{format_bytes(cluster.device.memory_bytes)})"),
-        ("simulated", f"{len(r.classes)} rank classes for {cluster.num_devices} GPUs, "
-                      f"{r.events:,} events in {r.wall_time_s:.2f} s"),
+        ("simulated", f"{len(r.classes)} rank {'class' if len(r.classes) == 1 else 'classes'} "
+                      f"for {cluster.num_devices} GPUs, {r.events:,} events in {r.wall_time_s:.2f} s"),
     ], title=f"clustersim: {cfg.name}")
     return "\n\n".join([head, breakdown_table(report), memory_table(report)])
 

@@ -179,5 +179,5 @@ def test_zero3_prefetch_reads_booleans_and_names():
     assert strategy_from_mapping({}).zero3_prefetch is Zero3Prefetch.ALL
     assert strategy_from_mapping({"zero3_prefetch": "backward"}).zero3_prefetch \
         is Zero3Prefetch.BACKWARD
-    with pytest.raises(SpecError, match="zero3_prefetch"):
+    with pytest.raises(SpecError, match="zero3_prefetch: expected true, false or one of"):
         strategy_from_mapping({"zero3_prefetch": "sometimes"})

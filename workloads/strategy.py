@@ -71,7 +71,11 @@ def _prefetch(f: Fields) -> Zero3Prefetch:
         value = value.lower() == "true"
     if isinstance(value, bool):
         return Zero3Prefetch.ALL if value else Zero3Prefetch.NONE
-    return f.choice("zero3_prefetch", Zero3Prefetch)
+    names = {m.value: m for m in Zero3Prefetch}
+    if isinstance(value, str) and value.lower() in names:
+        return names[value.lower()]
+    raise SpecError(f.at("zero3_prefetch"),
+                    f"expected true, false or one of {'|'.join(names)}, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
