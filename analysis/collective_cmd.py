@@ -11,6 +11,7 @@ back, and small sizes then measure that host loop rather than the GPUs.
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 
 from hardware_specs import ClusterSpec, SpecError, load_catalog
@@ -70,6 +71,9 @@ def measure(cluster: ClusterSpec, op: str, gpus: int, size: float,
     return CollectiveRow(size, t, algbw, algbw * factor, plan.algorithm.value, plan.protocol.value)
 
 
+MAX_ROWS = 10_000
+
+
 def sizes(lo: float, hi: float, factor: float = 2.0) -> list[float]:
     out, s = [], lo
     while s <= hi * (1 + 1e-9):
@@ -87,7 +91,8 @@ def register(sub) -> None:
     p.add_argument("--gpus-per-node", type=int, help="populate each node with this many GPUs")
     p.add_argument("--min-bytes", default="8", help="smallest size (e.g. 8, 1M)")
     p.add_argument("--max-bytes", default="8G", help="largest size (e.g. 8G)")
-    p.add_argument("--step-factor", type=float, default=2.0)
+    p.add_argument("--step-factor", type=float, default=2.0,
+                   help="multiply the size by this between rows (nccl-tests -f; default 2)")
     p.add_argument("--algorithm", choices=[a.value for a in Algorithm],
                    help="force an algorithm (default: NCCL-style automatic choice)")
     p.add_argument("--gpus-per-thread", type=int, default=1,
@@ -133,9 +138,19 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("--gpus-per-thread", f"expected 1 to --gpus ({args.gpus}), got "
                         f"{args.gpus_per_thread}")
     algorithm = parse_enum(Algorithm, args.algorithm, "--algorithm") if args.algorithm else None
+    lo, hi = _size(args.min_bytes, "--min-bytes"), _size(args.max_bytes, "--max-bytes")
+    if lo < 1:
+        raise SpecError("--min-bytes", f"expected at least 1 byte, got {args.min_bytes}")
+    if hi < lo:
+        raise SpecError("--max-bytes", f"expected at least --min-bytes ({args.min_bytes}), "
+                        f"got {args.max_bytes}")
+    if not args.step_factor > 1:
+        raise SpecError("--step-factor", f"expected a factor above 1, got {args.step_factor:g}")
+    if math.log(hi / lo) / math.log(args.step_factor) > MAX_ROWS:
+        raise SpecError("--step-factor", f"{args.step_factor} gives more than {MAX_ROWS} sizes "
+                        f"from {args.min_bytes} to {args.max_bytes}")
     rows = [measure(cluster, args.op, args.gpus, s, algorithm, args.gpus_per_thread)
-            for s in sizes(_size(args.min_bytes, "--min-bytes"), _size(args.max_bytes, "--max-bytes"),
-                           args.step_factor)]
+            for s in sizes(lo, hi, args.step_factor)]
     table = [[f"{r.bytes:.0f}", f"{r.bytes / 4:.0f}", f"{r.time_s * 1e6:.2f}", f"{r.algbw_gbps:.2f}",
               f"{r.busbw_gbps:.2f}", f"{r.algorithm}/{r.protocol}"] for r in rows]
     print(f"# {args.op} on {args.gpus} x {cluster.device.name} ({cluster.devices_per_node} per "

@@ -48,6 +48,17 @@ def test_bad_config_exits_2_with_the_field_and_numbers(tmp_path, strategy, messa
     assert "Traceback" not in run.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--min-bytes", "0"], "error: --min-bytes: expected at least 1 byte, got 0"),
+    (["--min-bytes", "1G", "--max-bytes", "1M"], "error: --max-bytes: expected at least --min-bytes"),
+    (["--step-factor", "1"], "error: --step-factor: expected a factor above 1, got 1"),
+    (["--step-factor", "1.0000001"], "gives more than 10000 sizes"),
+])
+def test_collective_size_range_errors_instead_of_looping(args, message):
+    run = clustersim("collective", "--gpu", "h100-sxm", "--gpus", "8", *args)
+    assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr
+
+
 def test_unknown_gpu_suggests_catalog_names(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("model: llama3-8b\ntraining: {seq_len: 2048, global_batch: 8}\n"
