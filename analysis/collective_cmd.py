@@ -24,6 +24,7 @@ from simulator.cost.network import NetworkModel, bus_factor
 from workloads.trace import CollectiveKind
 
 from analysis.cli_common import add_catalog_option, write_json
+from analysis.nccl_tests_log import NcclTestsLog, read_log
 from analysis.tables import render
 
 OPS = {"all_reduce": CollectiveKind.ALL_REDUCE, "all_gather": CollectiveKind.ALL_GATHER,
@@ -86,8 +87,8 @@ def register(sub) -> None:
     p = sub.add_parser("collective", help="predict nccl-tests output for a collective")
     p.add_argument("--cluster", metavar="CONFIG", help="YAML with a cluster: section (a run config)")
     p.add_argument("--gpu", help="catalog device, instead of --cluster (its usual node)")
-    p.add_argument("--op", default="all_reduce", choices=sorted(OPS))
-    p.add_argument("--gpus", type=int, required=True, help="ranks in the collective")
+    p.add_argument("--op", choices=sorted(OPS), help="collective (default all_reduce, or the log's)")
+    p.add_argument("--gpus", type=int, help="ranks in the collective (default: the log's ranks)")
     p.add_argument("--gpus-per-node", type=int, help="populate each node with this many GPUs")
     p.add_argument("--min-bytes", default="8", help="smallest size (e.g. 8, 1M)")
     p.add_argument("--max-bytes", default="8G", help="largest size (e.g. 8G)")
@@ -95,8 +96,12 @@ def register(sub) -> None:
                    help="multiply the size by this between rows (nccl-tests -f; default 2)")
     p.add_argument("--algorithm", choices=[a.value for a in Algorithm],
                    help="force an algorithm (default: NCCL-style automatic choice)")
-    p.add_argument("--gpus-per-thread", type=int, default=1,
-                   help="nccl-tests -g: GPUs one thread launches (default 1: mpirun, -t)")
+    p.add_argument("--gpus-per-thread", type=int,
+                   help="nccl-tests -g: GPUs one thread launches (default 1: mpirun, -t; or the "
+                        "log's nGpus)")
+    p.add_argument("--against", metavar="LOG",
+                   help="an nccl-tests output file: predict its sizes and print measured, "
+                        "predicted and the error per size")
     p.add_argument("--json", metavar="OUT", help="write the rows as JSON")
     add_catalog_option(p)
     p.set_defaults(func=run)
@@ -128,16 +133,7 @@ def _cluster(args) -> ClusterSpec:
                            devices_per_node=args.gpus_per_node)
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.gpus < 2:
-        raise SpecError("--gpus", f"a collective needs at least 2 ranks, got {args.gpus}")
-    cluster = _cluster(args)
-    if cluster.num_devices < args.gpus:
-        raise SpecError("--gpus", f"{args.gpus} exceeds the cluster's {cluster.num_devices} GPUs")
-    if not 1 <= args.gpus_per_thread <= args.gpus:
-        raise SpecError("--gpus-per-thread", f"expected 1 to --gpus ({args.gpus}), got "
-                        f"{args.gpus_per_thread}")
-    algorithm = parse_enum(Algorithm, args.algorithm, "--algorithm") if args.algorithm else None
+def _size_range(args) -> list[float]:
     lo, hi = _size(args.min_bytes, "--min-bytes"), _size(args.max_bytes, "--max-bytes")
     if lo < 1:
         raise SpecError("--min-bytes", f"expected at least 1 byte, got {args.min_bytes}")
@@ -149,18 +145,75 @@ def run(args: argparse.Namespace) -> int:
     if math.log(hi / lo) / math.log(args.step_factor) > MAX_ROWS:
         raise SpecError("--step-factor", f"{args.step_factor} gives more than {MAX_ROWS} sizes "
                         f"from {args.min_bytes} to {args.max_bytes}")
-    rows = [measure(cluster, args.op, args.gpus, s, algorithm, args.gpus_per_thread)
-            for s in sizes(lo, hi, args.step_factor)]
-    table = [[f"{r.bytes:.0f}", f"{r.bytes / 4:.0f}", f"{r.time_s * 1e6:.2f}", f"{r.algbw_gbps:.2f}",
-              f"{r.busbw_gbps:.2f}", f"{r.algorithm}/{r.protocol}"] for r in rows]
-    print(f"# {args.op} on {args.gpus} x {cluster.device.name} ({cluster.devices_per_node} per "
-          f"{cluster.node.name} node, {cluster.fabric.name}); float32, sum")
-    print(render(["size (B)", "count", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algorithm"],
-                 table))
+    return sizes(lo, hi, args.step_factor)
+
+
+def _from_log(given, logged, flag: str, default):
+    """A flag's value, or what the nccl-tests log says; both must agree."""
+    if given is not None and logged is not None and given != logged:
+        raise SpecError(flag, f"{given} disagrees with the log's {logged}")
+    return given if given is not None else logged if logged is not None else default
+
+
+def _avg(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def _print_comparison(rows: list[CollectiveRow], log: NcclTestsLog) -> None:
+    errors = [m.time_s / r.time_s - 1 for r, m in zip(rows, log.rows)]
+    table = [[f"{m.bytes}", f"{m.time_s * 1e6:.2f}", f"{r.time_s * 1e6:.2f}", f"{m.busbw_gbps:.2f}",
+              f"{r.busbw_gbps:.2f}", f"{e:+.1%}", f"{r.algorithm}/{r.protocol}"]
+             for r, m, e in zip(rows, log.rows, errors)]
+    print(render(["size (B)", "measured (us)", "predicted (us)", "measured busbw",
+                  "predicted busbw", "error", "algorithm"], table))
+    worst = max(range(len(errors)), key=lambda i: abs(errors[i]))
+    print(f"\nbusbw error (predicted / measured - 1) over {len(rows)} sizes: mean |error| "
+          f"{_avg(abs(e) for e in errors):.1%}, max {errors[worst]:+.1%} at {log.rows[worst].bytes} B")
+    print(f"avg bus bandwidth (GB/s): measured {_avg(m.busbw_gbps for m in log.rows):.2f}, "
+          f"predicted {_avg(r.busbw_gbps for r in rows):.2f}")
+
+
+def run(args: argparse.Namespace) -> int:
+    log = read_log(args.against) if args.against else None
+    gpus = _from_log(args.gpus, log and log.ranks, "--gpus", None)
+    if gpus is None:
+        raise SpecError("--gpus", "give the number of ranks (or --against a log that lists them)")
+    op = _from_log(args.op, log and log.op, "--op", "all_reduce")
+    if op not in OPS:
+        raise SpecError("--op", f"expected one of {', '.join(sorted(OPS))}, got {op!r}")
+    per_thread = _from_log(args.gpus_per_thread, log and log.gpus_per_thread,
+                           "--gpus-per-thread", 1)
+    if gpus < 2:
+        raise SpecError("--gpus", f"a collective needs at least 2 ranks, got {gpus}")
+    args.gpus = gpus
+    cluster = _cluster(args)
+    if cluster.num_devices < gpus:
+        raise SpecError("--gpus", f"{gpus} exceeds the cluster's {cluster.num_devices} GPUs")
+    if not 1 <= per_thread <= gpus:
+        raise SpecError("--gpus-per-thread", f"expected 1 to --gpus ({gpus}), got {per_thread}")
+    algorithm = parse_enum(Algorithm, args.algorithm, "--algorithm") if args.algorithm else None
+    sizes_ = [m.bytes for m in log.rows] if log else _size_range(args)
+    rows = [measure(cluster, op, gpus, s, algorithm, per_thread) for s in sizes_]
+    print(f"# {op} on {gpus} x {cluster.device.name} ({cluster.devices_per_node} per "
+          f"{cluster.node.name} node, {cluster.fabric.name}); float32, sum"
+          + (f"; {per_thread} GPUs per thread" if per_thread > 1 else "")
+          + (f"; against {args.against}" if log else ""))
+    if log:
+        _print_comparison(rows, log)
+    else:
+        table = [[f"{r.bytes:.0f}", f"{r.bytes / 4:.0f}", f"{r.time_s * 1e6:.2f}",
+                  f"{r.algbw_gbps:.2f}", f"{r.busbw_gbps:.2f}", f"{r.algorithm}/{r.protocol}"]
+                 for r in rows]
+        print(render(["size (B)", "count", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
+                      "algorithm"], table))
+        print(f"\n# Avg bus bandwidth    : {_avg(r.busbw_gbps for r in rows):.4g}")
     if algorithm is not None and any(r.algorithm != algorithm.value for r in rows):
-        print(f"\nnote: {algorithm.value} cannot run this {args.op} here; NCCL falls back to "
+        print(f"\nnote: {algorithm.value} cannot run this {op} here; NCCL falls back to "
               "the ring, as above")
     if args.json:
-        write_json([r.to_dict() for r in rows], args.json)
+        measured = log.rows if log else [None] * len(rows)
+        write_json([r.to_dict() | ({"measured_time_s": m.time_s, "measured_busbw_gbps": m.busbw_gbps}
+                                   if m else {}) for r, m in zip(rows, measured)], args.json)
         print(f"\nwrote {args.json}")
     return 0
