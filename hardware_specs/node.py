@@ -44,6 +44,11 @@ class NodeSpec:
     """One hop through the scale-up fabric (a device-to-device write becoming visible)."""
     nvls: bool
     """NVLink SHARP (in-switch reduction) is available."""
+    nvls_efficiency: float = 0.6
+    """NVLS all-reduce algorithm bandwidth as a fraction of a GPU's scale-up bandwidth per
+    direction (every GPU sends and receives the buffer once; the switch reduces). Default from
+    NVIDIA's ~480 GB/s bus bandwidth on 8 H100 (technical blog on NCCL 2.17 NVLink SHARP):
+    480 / 1.75 / 450 = 0.61."""
     nic_count: int
     nic_bandwidth: float
     """Per NIC, per direction, bytes/s."""
@@ -95,6 +100,7 @@ def read_node(f: Fields) -> NodeSpec:
         scale_up_bandwidth=f.quantity("scale_up_bandwidth", Quantity.BANDWIDTH),
         scale_up_latency_s=f.quantity("scale_up_latency", Quantity.TIME),
         nvls=f.boolean("nvls", False),
+        nvls_efficiency=f.number("nvls_efficiency", 0.6, minimum=0.05, maximum=1.0),
         nic_count=f.integer("nic_count", minimum=0),
         nic_bandwidth=f.quantity("nic_bandwidth", Quantity.BANDWIDTH),
         nic_kind=f.choice("nic_kind", NicKind),

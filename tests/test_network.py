@@ -76,6 +76,32 @@ def test_small_all_reduce_within_30_percent_of_an_8x_h100_sweep(catalog, row):
     assert _p5(catalog, row).time_s == pytest.approx(measured, rel=0.3)
 
 
+SHARP = list(csv.DictReader((REPO / "analysis/data/collectives_h200_b200.csv").open()))
+
+
+def _sharp(catalog, row):
+    device = "h200" if "H200" in row["system"] else "b200"
+    ring = Algorithm.RING if "NCCL_NVLS_ENABLE=0" in row["notes"] else None
+    return measure(catalog.cluster(device=device, num_devices=8), row["collective"],
+                   int(row["gpus"]), float(row["message_bytes"]), ring)
+
+
+@pytest.mark.parametrize("row", SHARP, ids=lambda r: f"{r['system'].split()[2]}-{r['gpus']}g-"
+                         f"{r['collective']}-{r['notes'].split(';')[-1].strip().split()[-1]}")
+def test_large_collectives_within_15_percent_on_8x_h200_and_8x_b200(catalog, row):
+    """NVLS and rings at 8-16 GiB on 4 to 8 GPUs of an H200 and a B200 node (outside the dev
+    set); only B200's NVLS efficiency, 0.53, was set from one of these rows (8 GPUs)."""
+    assert _sharp(catalog, row).busbw_gbps == pytest.approx(float(row["busbw_gbps"]), rel=0.15)
+
+
+def test_nvls_only_above_four_gpus_as_nccl_picks_it(catalog):
+    for row in (r for r in SHARP if "NCCL picks" in r["notes"]):
+        picked = row["notes"].rsplit("NCCL picks ", 1)[1].lower()
+        if "AWS ofi tuner" in row["notes"] and row["gpus"] == "5":
+            continue   # AWS's tuner plugin keeps the ring at 5 GPUs; NCCL's own rule is above 4
+        assert _sharp(catalog, row).algorithm == picked, row["notes"]
+
+
 def test_nccl_drops_channels_for_small_collectives():
     """enqueue.cc: a channel is dropped while bytes < channels x threads x per-thread threshold
     (ring LL on 8 ranks: 8 x 8 bytes x 512 threads = 32 KiB per channel)."""

@@ -94,10 +94,10 @@ REDUCTION_EFFICIENCY = 0.913
 incoming chunk on the SMs): nccl-tests on the same 8x A100 node measured all-reduce 231.45 GB/s and
 all-gather 253.59 GB/s bus bandwidth (Azure NDm A100 v4, microsoft/mscclpp
 docs/performance-ndmv4.md)."""
-NVLS_EFFICIENCY = 0.6
-"""NVLink SHARP all-reduce: algorithm bandwidth as a fraction of a GPU's NVLink port bandwidth
-per direction. NVIDIA reports ~480 GB/s bus bandwidth for NVLS all-reduce on 8 H100 (NVIDIA
-technical blog on NCCL 2.17 NVLink SHARP), i.e. 480 / 1.75 / 450 = 0.61 of the port."""
+NVLS_MIN_RANKS = 5
+"""NVLink SHARP pays only above four GPUs: "partitions that have less than or equal to four GPUs
+will not benefit from multicast" (NVIDIA GB200 NVL partition guide), and on 8x H200 NCCL runs
+the ring at 4 GPUs and NVLS from 5 (stas00/ml-engineering network/README.md, SHARP section)."""
 TREE_ALGBW_RATIO = 0.5
 TREE_CHAIN_FRACTION = {Protocol.LL: 0.92 / 3.8, Protocol.LL128: 0.92 * 7.0 / 9.0,
                        Protocol.SIMPLE: 0.92}
@@ -317,10 +317,10 @@ class CollectivePlanner:
             elif kind is CollectiveKind.ALL_REDUCE and n > 2:
                 out.append(self._chain_plan(proto, n, nbytes))
         node = self.cluster.node
-        if kind is CollectiveKind.ALL_REDUCE and not multi and node.nvls and n > 2:
+        if kind is CollectiveKind.ALL_REDUCE and not multi and node.nvls and n >= NVLS_MIN_RANKS:
             out.append(Plan(Algorithm.NVLS, Protocol.SIMPLE,
                             HOP_LATENCY_US[Hop.NVLINK][Algorithm.NVLS][Protocol.SIMPLE] * 1e-6,
-                            nbytes / (node.scale_up_bandwidth * NVLS_EFFICIENCY), ()))
+                            nbytes / (node.scale_up_bandwidth * node.nvls_efficiency), ()))
         if kind is CollectiveKind.ALL_REDUCE and multi and self.cluster.fabric.in_network_reduction:
             unit = self.collnet_unit_loads(instances)
             intra = 2.0 * (per_node - 1) / per_node * nbytes / self.scale_up if per_node > 1 else 0.0
