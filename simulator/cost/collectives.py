@@ -74,11 +74,12 @@ HOP_LATENCY_US = {
               Algorithm.NVLS: {Protocol.SIMPLE: 18.0},
               Algorithm.COLLNET: {Protocol.SIMPLE: 31.0}},
 }
-PROTOCOL_EFFICIENCY = {Protocol.LL: 0.5, Protocol.LL128: 120.0 / 128.0, Protocol.SIMPLE: 1.0}
-# NCCL's tuner (src/graph/tuning.cc) refines protocol bandwidth: LL ring bus bandwidth is 1/4
-# of the link's (all-reduce, or several nodes) or 1/3, capped per architecture and node count
-# (llMaxBws, N1/N2/N4 columns); LL128 is 0.92 of it, 0.7 with one GPU per node.
-LL_FRACTION = {True: 1.0 / 4.0, False: 1.0 / 3.0}
+# NCCL's tuner (src/graph/tuning.cc, 2.21 to 2.29) refines protocol bandwidth: LL ring bus
+# bandwidth is half the link's (4 data bytes per 8; NCCL 2.20 and older took 1/4 for all-reduce),
+# capped per architecture and node count (llMaxBws, N1/N2/N4 columns); LL128 is 0.92 of it, 0.7
+# with one GPU per node. On 8x H100 the 512 KiB and 1 MiB all-reduces (LL) take 21.2 and 28.6 us
+# (analysis/data/collectives_h100_p5.csv): 1/4 of the link would make them 25.5 and 36.0 us.
+LL_FRACTION = 0.5
 LL_MAX_BUS_GBPS = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
                    "hopper": (141.0, 45.0, 35.0), "blackwell": (282.0, 90.0, 70.0)}
 LL128_FRACTION = {True: 0.92, False: 0.7}
@@ -94,6 +95,19 @@ REDUCTION_EFFICIENCY = 0.913
 incoming chunk on the SMs): nccl-tests on the same 8x A100 node measured all-reduce 231.45 GB/s and
 all-gather 253.59 GB/s bus bandwidth (Azure NDm A100 v4, microsoft/mscclpp
 docs/performance-ndmv4.md)."""
+NVLS_CHANNELS = 16
+"""Channels NCCL gives every NVLS collective (NCCL_NVLS_NCHANNELS default; "16 nvls channels"
+in the NCCL log of an 8x H200 node, stas00/ml-engineering network/README.md)."""
+NVLS_LOOP_OVERHEAD_S = 7.3e-6
+NVLS_LATENCY_S = 32e-6
+"""NVLS all-reduce on one node (NCCL all_reduce.h, runNvls): each channel loops over
+nHeads x chunk bytes, scattering them to the heads, reducing and broadcasting through the switch,
+gathering the result, and every loop iteration pays a hand-off between those stages; the chunk
+shrinks for smaller messages (``nvls_chunk_bytes``). Fitted, with the port fraction 0.67 (the
+``nvls_efficiency`` default), to the 8x H100 nccl-tests sweep of p5.48xlarge
+(analysis/data/collectives_h100_p5.csv): 7.3 us per loop, 32 us latency (NCCL's tuner assumes
+25). Independent checks: the same fit on the 8x H200 sweep of ml-engineering gives 0.68 and
+6.7 us, and an 8x B200 node's 838 GB/s needs 0.674 of its port."""
 NVLS_MIN_RANKS = 5
 """NVLink SHARP pays only above four GPUs: "partitions that have less than or equal to four GPUs
 will not benefit from multicast" (NVIDIA GB200 NVL partition guide), and on 8x H200 NCCL runs
@@ -132,6 +146,22 @@ def nccl_channels(proto: "Protocol", nbytes: float, n: int, channels: int) -> in
     while nc > 1 and nbytes < nc * MAX_THREADS[proto] * threshold:
         nc -= 1
     return nc
+
+
+def nvls_chunk_bytes(nbytes: float, ranks: int) -> int:
+    """NVLS chunk size NCCL picks for a message (enqueue.cc, computeColl, 2.18-2.21): 128 KiB,
+    halved to 64, 32 and 16 KiB below 64, 8 and 2 loop sizes of the channels' heads."""
+    concurrent = NVLS_CHANNELS * ranks
+    chunk = 128 * 1024
+    for loops, smaller in ((64, 64 * 1024), (8, 32 * 1024), (2, 16 * 1024)):
+        if nbytes < loops * concurrent * chunk:
+            chunk = smaller
+    return chunk
+
+
+def nvls_loops(nbytes: float, ranks: int) -> int:
+    """Iterations of every NVLS channel's loop over ``ranks`` heads x the chunk."""
+    return math.ceil(nbytes / (NVLS_CHANNELS * ranks * nvls_chunk_bytes(nbytes, ranks)))
 
 
 def single_thread_launch_s(gpus_per_thread: int, channels: int) -> float:
@@ -261,18 +291,16 @@ class CollectivePlanner:
         algbw = self.scale_up * TREE_ALGBW_RATIO * TREE_CHAIN_FRACTION[proto]
         return Plan(Algorithm.TREE, proto, self._tree_latency(proto, n, 1), nbytes / algbw, ())
 
-    def _protocol_efficiency(self, proto: Protocol, kind: CollectiveKind, nodes: int,
-                             per_node: int) -> float:
+    def _protocol_efficiency(self, proto: Protocol, nodes: int, per_node: int) -> float:
         """Fraction of the ring's link bandwidth a protocol delivers (NCCL tuner rules)."""
         if proto is Protocol.SIMPLE:
             return 1.0
         if proto is Protocol.LL128:
             return LL128_FRACTION[per_node >= 2]
-        fraction = LL_FRACTION[kind is CollectiveKind.ALL_REDUCE or nodes > 1]
         arch = ARCH_OF_SCALE_UP.get(self.cluster.device.scale_up_generation, "ampere")
         cap = LL_MAX_BUS_GBPS[arch][0 if nodes == 1 else (1 if nodes == 2 else 2)] * 1e9
         link = self.scale_up if nodes == 1 else self.topology.nic_capacity * per_node
-        return min(fraction, cap / link)
+        return min(LL_FRACTION, cap / link)
 
     def plans(self, kind: CollectiveKind, nbytes: float,
               instances: tuple[tuple[int, ...], ...]) -> list[Plan]:
@@ -305,7 +333,7 @@ class CollectivePlanner:
         out = []
         single = SINGLE_GPU_PER_NODE_EFFICIENCY if per_node == 1 else 1.0
         for proto in Protocol:
-            eff = self._protocol_efficiency(proto, kind, len(nodes), per_node)
+            eff = self._protocol_efficiency(proto, len(nodes), per_node)
             loads = tuple((l, u * volume / (eff * single)) for l, u in ring)
             reduce_eff = REDUCTION_EFFICIENCY if reducing else 1.0
             intra = volume / (self.scale_up * eff * reduce_eff) if per_node > 1 else 0.0
@@ -319,7 +347,7 @@ class CollectivePlanner:
         node = self.cluster.node
         if kind is CollectiveKind.ALL_REDUCE and not multi and node.nvls and n >= NVLS_MIN_RANKS:
             out.append(Plan(Algorithm.NVLS, Protocol.SIMPLE,
-                            HOP_LATENCY_US[Hop.NVLINK][Algorithm.NVLS][Protocol.SIMPLE] * 1e-6,
+                            NVLS_LATENCY_S + nvls_loops(nbytes, n) * NVLS_LOOP_OVERHEAD_S,
                             nbytes / (node.scale_up_bandwidth * node.nvls_efficiency), ()))
         if kind is CollectiveKind.ALL_REDUCE and multi and self.cluster.fabric.in_network_reduction:
             unit = self.collnet_unit_loads(instances)
