@@ -43,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         # The reader went away (``clustersim ... | head``): stop quietly.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as err:
+        # An output path that cannot be written (what was computed is already printed).
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"error: {where}{err.strerror or err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

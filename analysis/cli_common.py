@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
+
+
+def positive_int(text: str) -> int:
+    """argparse type for counts (workers, rows): a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
 
 
 def add_catalog_option(p: argparse.ArgumentParser) -> None:
@@ -12,6 +24,17 @@ def add_catalog_option(p: argparse.ArgumentParser) -> None:
                    help="extra hardware catalog directory or YAML file (repeatable)")
 
 
+def _strict(value):
+    """NaN and infinity are not JSON: they become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
+
+
 def write_json(data, path: str | Path) -> None:
     """Write ``data`` as indented JSON (keys in insertion order, stable across runs)."""
-    Path(path).write_text(json.dumps(data, indent=2) + "\n")
+    Path(path).write_text(json.dumps(_strict(data), indent=2, allow_nan=False) + "\n")

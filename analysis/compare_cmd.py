@@ -38,8 +38,16 @@ def parse_vary(items: Sequence[str]) -> list[tuple[str, list]]:
         if not sep or not key or not values:
             raise SpecError("--vary", f"expected KEY=V1,V2,... (e.g. cluster.gpu=h100-sxm,"
                             f"h200-sxm), got {item!r}")
-        out.append((key, [yaml.safe_load(v) for v in values.split(",")]))
+        out.append((key, [_scalar(v, key) for v in values.split(",")]))
     return out
+
+
+def _scalar(text: str, key: str):
+    """One --vary value as YAML reads it (``2`` a number, ``h200`` a name)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise SpecError("--vary", f"{key}: {text!r} is not a value YAML can read") from None
 
 
 def with_value(raw: Mapping, dotted: str, value) -> dict:

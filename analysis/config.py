@@ -12,10 +12,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hardware_specs import Catalog, ClusterSpec, Placement, SpecError, load_catalog
 from hardware_specs.fields import Fields
+from hardware_specs.textfile import load_yaml
 from workloads import Job
 from workloads.model import resolve
 from workloads.strategy import strategy_from_mapping
@@ -36,12 +35,7 @@ class RunConfig:
 
 
 def read_yaml(path: Path) -> Mapping[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise SpecError("", f"no such config file: {path}") from None
-    except yaml.YAMLError as err:
-        raise SpecError("", f"{path} is not valid YAML: {err}") from None
+    data = load_yaml(path)
     if not isinstance(data, Mapping):
         raise SpecError("", f"{path}: expected a mapping with model, training, strategy, cluster")
     return data
@@ -77,7 +71,11 @@ def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
     cluster_f = top.sub("cluster", required=True)
     dirs = list(catalog_dirs)
     extra = cluster_f.raw("catalog", [])
-    for d in [extra] if isinstance(extra, str) else extra:
+    extra = [extra] if isinstance(extra, str) else extra
+    if not isinstance(extra, list) or not all(isinstance(d, str) for d in extra):
+        raise SpecError(cluster_f.at("catalog"),
+                        f"expected a path or a list of paths, got {extra!r:.60}")
+    for d in extra:
         p = Path(str(d)).expanduser()
         dirs.append(p if p.is_absolute() or base_dir is None else base_dir / p)
     catalog = load_catalog(dirs)

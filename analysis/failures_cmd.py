@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from analysis.cli_common import add_catalog_option, write_json
+from analysis.cli_common import add_catalog_option, positive_int, write_json
 
 SWEEP_SEEDS = 40
 PLOT_SWEEP_SEEDS = 20
+MAX_SEEDS = 100_000
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--days", type=float, help="horizon in days (default: failures.days, or 30)")
     p.add_argument("--seeds", type=int, default=200, help="Monte Carlo runs (default 200)")
     p.add_argument("--seed", type=int, help="base seed (default: failures.seed, or 0)")
-    p.add_argument("--workers", type=int, help="worker processes (default: all CPUs)")
+    p.add_argument("--workers", type=positive_int, help="worker processes (default: all CPUs)")
     p.add_argument("--sweep-interval", action="store_true",
                    help="find the best checkpoint interval of every checkpoint policy "
                         f"(min(seeds, {SWEEP_SEEDS}) seeds per point)")
@@ -34,15 +35,18 @@ def run(args: argparse.Namespace) -> int:
     from simulator.montecarlo import default_workers
 
     from analysis.config import load_config
-    from analysis.failures_config import failure_spec
+    from analysis.failures_config import MAX_DAYS, failure_spec
     from analysis.failures_report import report, write_events_csv
     from analysis.failures_study import prepare, run_study
     from analysis.failures_sweep import sweep, sweep_policy
 
-    if args.seeds < 1:
-        raise SpecError("--seeds", f"expected at least 1, got {args.seeds}")
-    if args.days is not None and args.days <= 0:
-        raise SpecError("--days", f"expected a positive number of days, got {args.days:g}")
+    if not 1 <= args.seeds <= MAX_SEEDS:
+        raise SpecError("--seeds", f"expected 1 to {MAX_SEEDS:,}, got {args.seeds}")
+    if args.days is not None and not 0 < args.days <= MAX_DAYS:
+        raise SpecError("--days", f"expected a number of days above 0 and at most {MAX_DAYS:g}, "
+                                  f"got {args.days:g}")
+    if args.seed is not None and args.seed < 0:
+        raise SpecError("--seed", f"expected an integer >= 0, got {args.seed}")
     config = load_config(args.config, args.catalog)
     spec = failure_spec(config, args.days)
     if args.seed is not None:

@@ -30,6 +30,9 @@ from simulator.recovery import RecoveryKind, RecoveryPolicy
 from analysis.config import RunConfig
 
 DEFAULT_DAYS = 30.0
+MAX_DAYS = 3650.0
+"""Ten years: well past any training run, and a bound on how long one study can take."""
+MAX_NODES = 1_000_000
 
 _RULES = {"young": IntervalRule.YOUNG, "young_daly": IntervalRule.YOUNG, "daly": IntervalRule.DALY}
 
@@ -126,7 +129,7 @@ def _recovery(f: Fields, config: RunConfig) -> RecoveryPolicy:
              for key, attr in _TIMES.items()}
     policy = RecoveryPolicy(
         kind=f.choice("policy", RecoveryKind, RecoveryKind.RESTART),
-        spare_nodes=f.integer("spare_nodes", 0, minimum=0),
+        spare_nodes=f.integer("spare_nodes", 0, minimum=0, maximum=MAX_NODES),
         min_replicas=f.integer("min_replicas", 1, minimum=1),
         **times,
     )
@@ -152,7 +155,7 @@ def failure_spec(config: RunConfig, days: float | None = None,
         model = without_planned(model)
     checkpoint, (rule, fixed, steps) = _checkpoint(f.sub("checkpoint"), config)
     recovery = _recovery(f.sub("recovery"), config)
-    spec_days = f.number("days", DEFAULT_DAYS, minimum=1e-6)
+    spec_days = f.number("days", DEFAULT_DAYS, minimum=1e-6, maximum=MAX_DAYS)
     budget = f.number("token_budget", minimum=1.0) if f.has("token_budget") else None
     seed = f.integer("seed", 0, minimum=0)
     step_time = f.quantity("step_time", Quantity.TIME, 0.0, positive=False)

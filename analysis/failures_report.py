@@ -26,7 +26,7 @@ def format_time(seconds: float) -> str:
 
 def _ci(stat: Stat, scale: float = 1.0, digits: int = 1, unit: str = "") -> str:
     lo, hi = stat.ci95
-    return (f"{stat.mean * scale:.{digits}f}{unit}  (95% CI {lo * scale:.{digits}f}-"
+    return (f"{stat.mean * scale:.{digits}f}{unit}  (95% CI {lo * scale:.{digits}f} to "
             f"{hi * scale:.{digits}f}{unit})")
 
 

@@ -200,15 +200,17 @@ class Stat:
     p95: float
 
     @classmethod
-    def of(cls, values) -> "Stat":
+    def of(cls, values, upper: float = math.inf) -> "Stat":
+        """Mean and its interval, clipped to what the quantity can be (>= 0, <= ``upper``):
+        with few runs the normal approximation alone would reach below zero."""
         a = np.asarray(values, dtype=float)
         finite = a[np.isfinite(a)]
         if len(finite) < len(a) or len(a) == 0:
             return cls(math.inf, (math.inf, math.inf), math.inf, math.inf)
         mean = float(a.mean())
         half = Z95 * float(a.std(ddof=1)) / math.sqrt(len(a)) if len(a) > 1 else 0.0
-        return cls(mean, (mean - half, mean + half), float(np.percentile(a, 5)),
-                   float(np.percentile(a, 95)))
+        return cls(mean, (max(mean - half, 0.0), min(mean + half, upper)),
+                   float(np.percentile(a, 5)), float(np.percentile(a, 95)))
 
 
 MEAN_KEYS = {"lost_work_hours": "lost_work_hours_mean",
@@ -266,9 +268,10 @@ def summarise(prepared: Prepared, runs: list[RunResult]) -> StudyResult:
     stats = {
         "interruptions": Stat.of([r.interruptions for r in runs]),
         "planned": Stat.of([r.planned for r in runs]),
-        "ettr": Stat.of([r.ettr for r in runs]),
+        "ettr": Stat.of([r.ettr for r in runs], upper=1.0),
         "lost_work_hours": Stat.of([r.lost_s / HOUR for r in runs]),
-        "checkpoint_overhead_fraction": Stat.of([r.checkpoint_s / r.wall_s for r in runs]),
+        "checkpoint_overhead_fraction": Stat.of([r.checkpoint_s / r.wall_s for r in runs],
+                                                upper=1.0),
         "downtime_hours": Stat.of([r.down_s / HOUR for r in runs]),
         "slowdown_hours": Stat.of([max(r.slowdown_s, 0.0) / HOUR for r in runs]),
         "time_to_train_days": Stat.of([r.time_to_train_s / DAY for r in runs]),

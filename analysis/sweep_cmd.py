@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 
-from analysis.cli_common import add_catalog_option
+from analysis.cli_common import add_catalog_option, positive_int
 
 TOP = 15
 
 
 def add_parallel_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N",
+    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, metavar="N",
                    help="local worker processes (default: one per CPU)")
     p.add_argument("--dask", metavar="SCHEDULER_ADDRESS",
                    help="run on an existing Dask distributed cluster instead")
@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                   "section narrows or widens the space)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="results folder; rerunning with it resumes without recomputing")
-    p.add_argument("--top", type=int, default=TOP, metavar="K", help=f"rows to print ({TOP})")
+    p.add_argument("--top", type=positive_int, default=TOP, metavar="K",
+                   help=f"rows to print ({TOP})")
     add_parallel_options(p)
     add_catalog_option(p)
     p.set_defaults(func=run)

@@ -11,12 +11,15 @@ impossible strategy) are listed with the reason.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from hardware_specs import Catalog, SpecError
+from hardware_specs.textfile import read_text
 from simulator import SimulationOptions
 from workloads import Job
 from workloads.model import from_mapping
@@ -96,54 +99,77 @@ def _cell(row: dict, key: str, default: str = "") -> str:
     return value if value else default
 
 
+def _int(row: dict, key: str, default: int | None = None) -> int:
+    text = _cell(row, key)
+    if not text and default is not None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise SpecError(key, f"expected a whole number, got {text!r}") from None
+
+
+def _measured(row: dict) -> float:
+    text = _cell(row, "measured_step_time_s")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise SpecError("measured_step_time_s",
+                        f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
 def row_config(row: dict, catalog: Catalog) -> RunConfig:
     """The run config a CSV row describes."""
     missing = [k for k in REQUIRED if not _cell(row, k)]
     if missing:
         raise SpecError(missing[0], "is empty")
-    heads = int(_cell(row, "heads"))
+    heads = _int(row, "heads")
     software = software_of(row)
     model = from_mapping({
         "name": _cell(row, "model_name", "model"),
-        "layers": int(_cell(row, "layers")), "hidden": int(_cell(row, "hidden")),
-        "heads": heads, "kv_heads": int(_cell(row, "kv_heads", str(heads))),
-        "ffn_hidden": int(_cell(row, "ffn_hidden", str(4 * int(_cell(row, "hidden"))))),
-        "vocab": int(_cell(row, "vocab")), "mlp": _cell(row, "mlp", "gelu"),
+        "layers": _int(row, "layers"), "hidden": _int(row, "hidden"),
+        "heads": heads, "kv_heads": _int(row, "kv_heads", heads),
+        "ffn_hidden": _int(row, "ffn_hidden", 4 * _int(row, "hidden")),
+        "vocab": _int(row, "vocab"), "mlp": _cell(row, "mlp", "gelu"),
     })
     training = training_from_mapping({
-        "seq_len": int(_cell(row, "seq_len")), "global_batch": int(_cell(row, "global_batch")),
-        "micro_batch": int(_cell(row, "micro_batch", "1")),
+        "seq_len": _int(row, "seq_len"), "global_batch": _int(row, "global_batch"),
+        "micro_batch": _int(row, "micro_batch", 1),
         "precision": _cell(row, "precision", "bf16"),
         "attention": software.get("attention", "flash"),
     })
-    v = int(_cell(row, "virtual_stages", "1"))
+    v = _int(row, "virtual_stages", 1)
     strategy = strategy_from_mapping({
-        "tp": int(_cell(row, "tp")), "pp": int(_cell(row, "pp")), "dp": int(_cell(row, "dp")),
-        "cp": int(_cell(row, "cp", "1")), "ep": int(_cell(row, "ep", "1")),
+        "tp": _int(row, "tp"), "pp": _int(row, "pp"), "dp": _int(row, "dp"),
+        "cp": _int(row, "cp", 1), "ep": _int(row, "ep", 1),
         "sequence_parallel": _cell(row, "sequence_parallel", "false").lower() == "true",
-        "zero": int(_cell(row, "zero", "0")), "recompute": _cell(row, "recompute", "none"),
+        "zero": _int(row, "zero", 0), "recompute": _cell(row, "recompute", "none"),
         "virtual_stages": v, "schedule": "interleaved" if v > 1 else "1f1b",
         **{k: software[k] for k in ("zero3_granularity", "zero3_prefetch") if k in software},
     })
-    gpus = int(_cell(row, "num_gpus"))
+    gpus = _int(row, "num_gpus")
     per_node = _cell(row, "gpus_per_node")
     cluster = catalog.cluster(device=_cell(row, "gpu"), num_devices=gpus,
-                              devices_per_node=int(per_node) if per_node else None)
+                              devices_per_node=_int(row, "gpus_per_node") if per_node else None)
     job = Job(model, training, strategy).checked(gpus)
     return RunConfig(job=job, cluster=cluster, catalog=catalog, name=_cell(row, "id"))
 
 
 def validate_rows(path: Path, catalog: Catalog,
                   options: SimulationOptions = DEFAULT_OPTIONS) -> list[RowOutcome]:
-    with path.open(newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    if rows and "measured_step_time_s" not in rows[0]:
+    rows = list(csv.DictReader(io.StringIO(read_text(path, "--runs"), newline="")))
+    if not rows:
+        raise SpecError("--runs", f"{path} has no runs (expected a header and one row per run)")
+    if "measured_step_time_s" not in rows[0]:
         raise SpecError("--runs", f"{path} lacks the measured_step_time_s column")
     outcomes = []
     for row in rows:
         rid = _cell(row, "id", "?")
         try:
-            measured = float(_cell(row, "measured_step_time_s"))
+            measured = _measured(row)
             config = row_config(row, catalog)
         except (SpecError, ValueError) as err:
             outcomes.append(RowOutcome(rid, math.nan, problem=str(err)))
@@ -189,8 +215,9 @@ def render_outcomes(outcomes: list[RowOutcome]) -> str:
                          f"{100 * o.error:+.1f}%", f"{100 * o.mfu:.1f}%", note])
     s = summarize(outcomes)
     table = render(["run", "measured s", "predicted s", "error", "MFU", "note"], rows)
-    tail = (f"\n\n{s.compared} runs compared: MAPE {100 * s.mape:.2f}%, max |error| "
-            f"{100 * s.max_abs_error:.1f}%; {s.not_fitting} do not fit in memory; "
+    accuracy = (f"MAPE {100 * s.mape:.2f}%, max |error| {100 * s.max_abs_error:.1f}%"
+                if s.compared else "no accuracy to report")
+    tail = (f"\n\n{s.compared} runs compared: {accuracy}; {s.not_fitting} do not fit in memory; "
             f"{s.unmapped} not mapped")
     return table + tail
 
@@ -211,8 +238,12 @@ def run(args) -> int:
         raise SpecError("--runs", f"no such file: {path}")
     outcomes = validate_rows(path, load_catalog(args.catalog))
     print(render_outcomes(outcomes))
+    summary = summarize(outcomes)
     if args.json:
-        write_json({"summary": summarize(outcomes).to_dict(),
-                    "rows": [o.to_dict() for o in outcomes]}, args.json)
+        write_json({"summary": summary.to_dict(), "rows": [o.to_dict() for o in outcomes]},
+                   args.json)
         print(f"\nwrote {args.json}")
+    if not summary.compared:
+        print("error: --runs: no run could be compared (see the notes above)", file=sys.stderr)
+        return 2
     return 0

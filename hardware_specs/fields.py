@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -34,7 +35,9 @@ class Fields:
         self.path = path
         self._read: set[str] = set()
 
-    def at(self, key: str) -> str:
+    def at(self, key: str | int) -> str:
+        if isinstance(key, int):
+            return f"{self.path}[{key}]"
         return f"{self.path}.{key}" if self.path else key
 
     def has(self, key: str) -> bool:
@@ -58,20 +61,25 @@ class Fields:
             raise SpecError(self.at(key), f"expected text, got {value!r}")
         return value
 
-    def integer(self, key: str, default: object = _MISSING, minimum: int | None = None) -> int:
+    def integer(self, key: str, default: object = _MISSING, minimum: int | None = None,
+                maximum: int | None = None) -> int:
         value = self.raw(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or int(value) != value):
             raise SpecError(self.at(key), f"expected an integer, got {value!r}")
         value = int(value)
         if minimum is not None and value < minimum:
             raise SpecError(self.at(key), f"expected an integer >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise SpecError(self.at(key), f"expected an integer <= {maximum:,}, got {value:,}")
         return value
 
     def number(self, key: str, default: object = _MISSING, minimum: float | None = None,
                maximum: float | None = None) -> float:
         value = self.raw(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SpecError(self.at(key), f"expected a number, got {value!r}")
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value)):
+            raise SpecError(self.at(key), f"expected a finite number, got {value!r}")
         value = float(value)
         if minimum is not None and value < minimum:
             raise SpecError(self.at(key), f"expected a number >= {minimum:g}, got {value:g}")
@@ -102,6 +110,12 @@ class Fields:
         if isinstance(value, enum_type):
             return value
         return parse_enum(enum_type, value, self.at(key))
+
+    def integers(self, key: str, default: object = _MISSING,
+                 minimum: int | None = None) -> list[int]:
+        """A list of integers; a bad entry is named by its index (``key[2]``)."""
+        entries = Fields(dict(enumerate(self.items(key, default))), self.at(key))
+        return [entries.integer(i, minimum=minimum) for i in range(len(entries.data))]
 
     def items(self, key: str, default: object = _MISSING) -> list[Any]:
         value = self.raw(key, default)

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hardware_specs.cluster import ClusterSpec
 from hardware_specs.device import DeviceSpec, read_device
 from hardware_specs.errors import SpecError
@@ -25,6 +23,7 @@ from hardware_specs.failures import FailureModel, read_failure_model
 from hardware_specs.fields import Fields
 from hardware_specs.memory import MemoryTierSpec, read_tier
 from hardware_specs.node import NodeSpec, read_node
+from hardware_specs.textfile import load_yaml
 
 BUILTIN_DIR = Path(__file__).parent / "catalog"
 
@@ -103,10 +102,7 @@ class Catalog:
 
 
 def _load_file(path: Path) -> dict[str, dict[str, Any]]:
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise SpecError(str(path), f"is not valid YAML: {err}") from None
+    data = load_yaml(path) or {}
     top = Fields(data, "")
     out: dict[str, dict[str, Any]] = {}
     for section, reader in _READERS.items():

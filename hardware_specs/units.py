@@ -8,6 +8,7 @@ Decimal prefixes are powers of 1000 and binary ones (KiB, GiB) powers of 1024, a
 from __future__ import annotations
 
 import enum
+import math
 import re
 
 from hardware_specs.errors import SpecError
@@ -81,14 +82,14 @@ def parse(value: object, kind: Quantity, field: str = "") -> float:
     """Convert ``value`` (a number in SI units, or a string with a unit) to a float in SI units."""
     if isinstance(value, bool):
         raise SpecError(field, f"expected {_EXAMPLES[kind]}, got {value!r}")
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float)) and math.isfinite(value):
         return float(value)
     if isinstance(value, str):
         match = _PATTERN.match(value)
         if match:
             number, unit = float(match.group(1)), match.group(2)
             scale = 1.0 if unit == "" else _scale(unit, kind)
-            if scale is not None:
+            if scale is not None and math.isfinite(number * scale):
                 return number * scale
     raise SpecError(field, f"expected {_EXAMPLES[kind]}, got {value!r}")
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hardware_specs import SpecError
 from hardware_specs.fields import MISSING, Fields
+from hardware_specs.textfile import read_text
 
 
 class Mlp(enum.Enum):
@@ -260,7 +262,7 @@ def from_mapping(data: Mapping, path: str = "model") -> TransformerSpec:
         raise SpecError(f.at("heads"), f"{heads} does not divide {path}.hidden={hidden}; give head_dim")
     model = TransformerSpec(
         name=f.text("name", d.get("name", "custom")),
-        layers=f.integer("layers", d.get("layers"), minimum=1),
+        layers=f.integer("layers", d.get("layers"), minimum=1, maximum=MAX_LAYERS),
         hidden=hidden,
         heads=heads,
         kv_heads=f.integer("kv_heads", d.get("kv_heads", heads), minimum=1),
@@ -304,12 +306,17 @@ _GATED_ACTIVATIONS = {"silu", "swish", "swiglu", "geglu"}
 _LEARNED_POSITIONS = {"gpt2", "gpt_bigcode", "opt", "gptj"}
 
 
+MAX_LAYERS = 10_000
+"""Fifty times the deepest published LLM; the trace holds every layer's ops, so a typo such as
+100000000 would otherwise fill memory before anything is printed."""
+
+
 def from_hf_config(path: Path) -> TransformerSpec:
     """Read a Hugging Face ``config.json`` (Llama/Mistral/Mixtral/Qwen2, GPT-2, BLOOM, MPT...)."""
     field = "model"
     try:
-        cfg = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+        cfg = json.loads(read_text(path, field))
+    except json.JSONDecodeError as err:
         raise SpecError(field, f"cannot read Hugging Face config {path}: {err}") from None
     if not isinstance(cfg, dict):
         raise SpecError(field, f"{path} is not a JSON object")
@@ -317,7 +324,7 @@ def from_hf_config(path: Path) -> TransformerSpec:
     for ours, keys in _HF_KEYS.items():
         for key in keys:
             if cfg.get(key) is not None:
-                values[ours] = cfg[key]
+                values[ours] = _hf_whole(cfg[key], f"{field} ({path.name}: {key})")
                 break
     missing = [k for k in ("layers", "hidden", "heads", "vocab") if k not in values]
     if missing:
@@ -326,16 +333,23 @@ def from_hf_config(path: Path) -> TransformerSpec:
     model_type = str(cfg.get("model_type", "")).lower()
     activation = str(cfg.get("hidden_act", cfg.get("activation_function", "gelu"))).lower()
     gated = activation in _GATED_ACTIVATIONS or model_type in {"llama", "mistral", "mixtral", "qwen2"}
-    hidden = int(values["hidden"])
+    hidden = values["hidden"]
+    attn_config = cfg.get("attn_config") or {}
+    if not isinstance(attn_config, dict):
+        raise SpecError(f"{field} ({path.name}: attn_config)",
+                        f"expected a JSON object, got {attn_config!r:.40}")
     if "ffn_hidden" not in values:
-        ratio = cfg.get("expansion_ratio") or (cfg.get("attn_config") or {}).get("expansion_ratio") or 4
+        ratio = cfg.get("expansion_ratio") or attn_config.get("expansion_ratio") or 4
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < 1e3:
+            raise SpecError(f"{field} ({path.name}: expansion_ratio)",
+                            f"expected a positive number, got {ratio!r:.40}")
         values["ffn_hidden"] = int(ratio * hidden)
     no_bias = cfg.get("no_bias")
     bias = not no_bias if no_bias is not None else not gated and model_type != "mpt"
     rms = "rms" in str(cfg.get("norm_type", "")).lower() or gated or "rms_norm_eps" in cfg
     if model_type in _LEARNED_POSITIONS:
         position = Position.LEARNED
-    elif model_type in {"bloom", "mpt"} or (cfg.get("attn_config") or {}).get("alibi"):
+    elif model_type in {"bloom", "mpt"} or attn_config.get("alibi"):
         position = Position.ALIBI
     else:
         position = Position.ROPE
@@ -347,9 +361,17 @@ def from_hf_config(path: Path) -> TransformerSpec:
         "norm": (Norm.RMSNORM if rms else Norm.LAYERNORM).value,
         "position": position.value,
         "embedding_norm": model_type == "bloom",
-        **{k: int(v) for k, v in values.items()},
+        **values,
     }
     return from_mapping(mapping, field)
+
+
+def _hf_whole(value: object, where: str) -> int:
+    """A count from config.json: a whole number (JSON has no NaN; 2.9 layers is a typo)."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or int(value) != value):
+        raise SpecError(where, f"expected a whole number, got {value!r:.40}")
+    return int(value)
 
 
 def resolve(value: object, base_dir: Path | None = None, path: str = "model") -> TransformerSpec:

@@ -125,7 +125,7 @@ class Strategy:
 
 def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
     f = Fields(data, path).only(Strategy.__dataclass_fields__)
-    layers = tuple(int(x) for x in f.items("layers_per_stage", []))
+    layers = tuple(f.integers("layers_per_stage", [], minimum=1))
     spec = Strategy(
         dp=f.integer("dp", 1, minimum=1),
         tp=f.integer("tp", 1, minimum=1),

@@ -378,7 +378,7 @@ def profile_document(profile: Profile) -> dict:
                                      "bandwidth": f"{_g(f.bandwidth)} B/s"}
                           for op, f in n.measured_comm.items()},
         "comm_in_training": float(_g(n.comm_in_training)),
-        "nvls": n.nvls, "nvls_efficiency": n.nvls_efficiency, "nic_count": n.nic_count, "nic_bandwidth": f"{_g(n.nic_bandwidth)} B/s",
+        "nvls": n.nvls, "nic_count": n.nic_count, "nic_bandwidth": f"{_g(n.nic_bandwidth)} B/s",
         "nic_kind": n.nic_kind.value, "nic_latency": f"{_g(n.nic_latency_s)} s",
         "nic_efficiency": n.nic_efficiency, "pcie_generation": n.pcie_generation,
         "pcie_bandwidth": f"{_g(n.pcie_bandwidth)} B/s", "host_memory": n.host_memory,

@@ -40,6 +40,8 @@ LAUNCH_GAP_S = 2e-6
 
 def shape_factor(m: int, n: int, k: int, batch: int, sms: int, k_overhead: float) -> float:
     """Fraction of the ceiling a tiled kernel of this shape reaches (see module docstring)."""
+    if min(m, n, k, batch) < 1:
+        return 1.0    # nothing to tile (an expert that receives no token): no work, no waste
     best = 0.0
     for tm, tn, tile_eff in TILES:
         tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)

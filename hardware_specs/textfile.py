@@ -1,0 +1,43 @@
+"""Reading a user's text file (a config, a catalog, a CSV, a model's config.json) so that every
+way it can fail ends in a one-line :class:`SpecError` naming the file: missing, a directory or a
+device, too large to be a config, not UTF-8, not YAML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hardware_specs.errors import SpecError
+
+MAX_BYTES = 64 * 2**20
+"""No config, catalog or table the tool reads comes near this; /dev/zero would never end."""
+
+
+def read_text(path: Path | str, field: str = "") -> str:
+    path = Path(path)
+    try:
+        if not path.exists():
+            raise SpecError(field, f"no such file: {path}")
+        if not path.is_file():
+            kind = "a directory" if path.is_dir() else "a special file"
+            raise SpecError(field, f"expected a file, got {kind}: {path}")
+        if path.stat().st_size > MAX_BYTES:
+            raise SpecError(field, f"{path} is over {MAX_BYTES // 2**20} MiB; expected a text file")
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(field, f"{path} is not a UTF-8 text file") from None
+    except OSError as err:
+        raise SpecError(field, f"cannot read {path}: {err.strerror or err}") from None
+
+
+def load_yaml(path: Path | str, field: str = "") -> Any:
+    """A YAML file's data; a syntax error is one line with its position."""
+    try:
+        return yaml.safe_load(read_text(path, field))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise SpecError(field, f"{path} is not valid YAML: {problem}{where}") from None
