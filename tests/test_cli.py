@@ -59,6 +59,60 @@ def test_collective_size_range_errors_instead_of_looping(args, message):
     assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr
 
 
+EXAMPLE = (REPO / "examples/llama3_8b_fsdp.yaml").read_text()
+
+
+def _write(directory, name: str, content: str | bytes):
+    path = directory / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return path
+
+
+BAD_INPUTS = {
+    "a directory": (lambda d: d, ["simulate"], "expected a file, got a directory"),
+    "not UTF-8": (lambda d: _write(d, "b.yaml", b"\xff\xfe"), ["simulate"],
+                  "is not a UTF-8 text file"),
+    "NaN seed": (lambda d: _write(d, "c.yaml", EXAMPLE + "failures: {seed: .nan}\n"),
+                 ["failures", "--days", "1"], "failures.seed: expected an integer, got nan"),
+    "bad stage entry": (lambda d: _write(d, "c.yaml", EXAMPLE.replace(
+                            "strategy: {", "strategy: {pp: 2, layers_per_stage: [abc, 16], ")),
+                        ["simulate"],
+                        "strategy.layers_per_stage[0]: expected an integer, got 'abc'"),
+    "fractional HF layers": (
+        lambda d: _write(d, "h.json", '{"num_hidden_layers": 2.9, "hidden_size": 64, '
+                                      '"num_attention_heads": 4, "vocab_size": 100}')
+        and _write(d, "c.yaml", EXAMPLE.replace("model: llama3-8b", "model: h.json")),
+        ["simulate"], "model (h.json: num_hidden_layers): expected a whole number, got 2.9"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_unreadable_or_non_finite_input_exits_2_naming_it(tmp_path, case):
+    make, args, message = BAD_INPUTS[case]
+    run = clustersim(*args, str(make(tmp_path)))
+    assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr, \
+        run.stderr
+
+
+def test_an_unwritable_output_exits_2_after_printing_the_result(tmp_path):
+    run = clustersim("simulate", "examples/llama3_8b_fsdp.yaml", "--json", str(tmp_path))
+    assert run.returncode == 2 and "step time" in run.stdout
+    assert f"error: {tmp_path}: Is a directory" in run.stderr
+
+
+def test_validate_rejects_a_measured_time_of_zero_and_exits_2(tmp_path):
+    rows = (REPO / "analysis/data/published_runs_dev.csv").read_text().splitlines()[:2]
+    header = rows[0].split(",")
+    cells = next(__import__("csv").reader([rows[1]]))
+    cells[header.index("measured_step_time_s")] = "0"
+    path = tmp_path / "runs.csv"
+    path.write_text(rows[0] + "\n" + ",".join(f'"{c}"' for c in cells) + "\n")
+    run = clustersim("validate", "--runs", str(path))
+    assert run.returncode == 2
+    assert "measured_step_time_s: expected a positive number of seconds, got '0'" in run.stdout
+    assert "no run could be compared" in run.stderr
+
+
 def test_unknown_gpu_suggests_catalog_names(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("model: llama3-8b\ntraining: {seq_len: 2048, global_batch: 8}\n"

@@ -175,3 +175,13 @@ def test_level_keeps_the_newest_usable_copy():
     assert level.restore(27.0) == (120.0, 27.0)
     assert level.restore(5.0)[0] == 100.0
     assert math.isinf(-Level(level.spec).restore(0.0)[1])
+
+
+def test_confidence_intervals_stay_within_what_the_quantity_can_be():
+    """Two runs with 0 and 7 interruptions: the normal approximation alone would put the lower
+    end below zero; an ETTR interval never passes 100%."""
+    from analysis.failures_study import Stat
+    count = Stat.of([0, 7])
+    assert count.ci95[0] == 0.0 and count.ci95[1] > 7
+    ettr = Stat.of([0.2, 0.99], upper=1.0)
+    assert ettr.ci95[1] == 1.0 and ettr.ci95[0] >= 0.0
