@@ -14,6 +14,7 @@ from typing import Any
 
 from hardware_specs import Catalog, ClusterSpec, Placement, SpecError, load_catalog
 from hardware_specs.fields import Fields
+from hardware_specs.memory import MemoryTierSpec, TierKind
 from hardware_specs.textfile import load_yaml
 from workloads import Job
 from workloads.model import resolve
@@ -65,6 +66,19 @@ def parse_cluster(f: Fields, catalog: Catalog) -> ClusterSpec:
     return cluster
 
 
+OFFLOAD_KINDS = (TierKind.HOST_DRAM, TierKind.CXL, TierKind.NON_VOLATILE, TierKind.LOCAL_NVME)
+
+
+def offload_tier(catalog: Catalog, name: str) -> MemoryTierSpec:
+    """The memory tier ``strategy.offload_tier`` names: host DRAM, CXL, persistent memory or
+    local NVMe (ZeRO-Infinity), not HBM or a shared file system."""
+    tier = catalog.get("memory_tiers", name, "strategy.offload_tier")
+    if tier.kind not in OFFLOAD_KINDS:
+        raise SpecError("strategy.offload_tier", f"{name} is {tier.kind.value}; expected one of "
+                        f"{', '.join(k.value for k in OFFLOAD_KINDS)}")
+    return tier
+
+
 def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
                         catalog_dirs: Iterable[str | Path] = ()) -> RunConfig:
     top = Fields(data, "").only(("model", "training", "strategy", "cluster") + OPTIONAL_SECTIONS)
@@ -83,6 +97,8 @@ def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
     training = training_from_mapping(top.raw("training"))
     strategy = strategy_from_mapping(top.raw("strategy", {}))
     cluster = parse_cluster(cluster_f, catalog)
+    if strategy.offload_tier:
+        cluster = replace(cluster, offload_tier=offload_tier(catalog, strategy.offload_tier))
     job = Job(model, training, strategy).checked(cluster.num_devices)
     sections = {k: top.raw(k) for k in OPTIONAL_SECTIONS if top.has(k)}
     top.done()

@@ -181,3 +181,21 @@ def test_zero3_prefetch_reads_booleans_and_names():
         is Zero3Prefetch.BACKWARD
     with pytest.raises(SpecError, match="zero3_prefetch: expected true, false or one of"):
         strategy_from_mapping({"zero3_prefetch": "sometimes"})
+
+
+def test_offload_tier_sets_the_copy_bandwidth(catalog):
+    """ZeRO-Infinity to local NVMe: 8 GPUs of a DGX H100 share its 8 drives (56 GB/s read,
+    28 GB/s write: 7 and 3.5 GB/s each), far below PCIe Gen5 (64 GB/s); host DRAM (563 GB/s
+    for 8) leaves PCIe the limit."""
+    from analysis.config import offload_tier
+    from workloads.trace import CopyKind
+    cluster = catalog.cluster(device="h100-sxm", num_devices=8)
+    dram = NetworkModel(cluster)
+    nvme = NetworkModel(replace(cluster, offload_tier=offload_tier(catalog, "dgx-h100-nvme")))
+    gb = 1e9
+    assert dram.copy_time(CopyKind.DEVICE_TO_HOST, gb) == pytest.approx(10e-6 + gb / 64e9)
+    assert nvme.copy_time(CopyKind.DEVICE_TO_HOST, gb) == pytest.approx(10e-6 + gb / 3.5e9)
+    assert nvme.copy_time(CopyKind.HOST_TO_DEVICE, gb) == pytest.approx(10e-6 + gb / 7e9)
+    assert nvme.copy_time(CopyKind.HOST_COMPUTE, gb) == pytest.approx(gb / 7e9)
+    with pytest.raises(SpecError, match="strategy.offload_tier: parallel-fs is parallel_fs"):
+        offload_tier(catalog, "parallel-fs")

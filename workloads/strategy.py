@@ -170,6 +170,9 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
                         f"but cluster.num_gpus = {world_size}")
     if s.sequence_parallel and s.tp == 1:
         raise SpecError(f"{path}.sequence_parallel", "needs tp > 1")
+    if s.offload_tier and s.offload is Offload.NONE:
+        raise SpecError(f"{path}.offload_tier", f"names {s.offload_tier!r} but offload is none; "
+                        "set offload: optimizer or params")
     if training.seq_len % (s.cp * (s.tp if s.sequence_parallel else 1)):
         split = s.cp * (s.tp if s.sequence_parallel else 1)
         raise SpecError("training.seq_len", f"{training.seq_len} is not divisible by "

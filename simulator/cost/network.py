@@ -66,11 +66,15 @@ class NetworkModel:
         return self.p2p_plan(nbytes, [(src, dst)]).time(self.topology)
 
     def copy_time(self, kind: CopyKind, nbytes: float) -> float:
-        """Host <-> device copies over PCIe, or memory-bound host work (offloaded optimizer)."""
-        c = self.cluster
+        """Device <-> offload-tier copies over PCIe (and the tier's own bandwidth, shared by
+        the devices that stream to it at once), or memory-bound host work on offloaded
+        optimizer states, which also streams them through the tier (ZeRO-Infinity)."""
+        c, tier = self.cluster, self.cluster.offload_memory
+        host = c.per_device(c.host_memory, c.host_memory.read_bandwidth)
         if kind is CopyKind.HOST_COMPUTE:
-            return nbytes / (c.host_memory.read_bandwidth / c.devices_per_node)
-        return 10e-6 + nbytes / c.node.pcie_bandwidth
+            return nbytes / min(host, c.per_device(tier, tier.read_bandwidth))
+        side = tier.read_bandwidth if kind is CopyKind.HOST_TO_DEVICE else tier.write_bandwidth
+        return 10e-6 + nbytes / min(c.node.pcie_bandwidth, c.per_device(tier, side))
 
 
 def bus_factor(kind: CollectiveKind, n: int) -> float:
