@@ -87,7 +87,8 @@ def register(sub) -> None:
     p = sub.add_parser("collective", help="predict nccl-tests output for a collective")
     p.add_argument("--cluster", metavar="CONFIG", help="YAML with a cluster: section (a run config)")
     p.add_argument("--gpu", help="catalog device, instead of --cluster (its usual node)")
-    p.add_argument("--op", choices=sorted(OPS), help="collective (default all_reduce, or the log's)")
+    p.add_argument("--op", choices=sorted(OPS),
+                   help="collective (default all_reduce, or the log's)")
     p.add_argument("--gpus", type=int, help="ranks in the collective (default: the log's ranks)")
     p.add_argument("--gpus-per-node", type=int, help="populate each node with this many GPUs")
     p.add_argument("--min-bytes", default="8", help="smallest size (e.g. 8, 1M)")
@@ -169,7 +170,8 @@ def _print_comparison(rows: list[CollectiveRow], log: NcclTestsLog) -> None:
                   "predicted busbw", "error", "algorithm"], table))
     worst = max(range(len(errors)), key=lambda i: abs(errors[i]))
     print(f"\nbusbw error (predicted / measured - 1) over {len(rows)} sizes: mean |error| "
-          f"{_avg(abs(e) for e in errors):.1%}, max {errors[worst]:+.1%} at {log.rows[worst].bytes} B")
+          f"{_avg(abs(e) for e in errors):.1%}, max {errors[worst]:+.1%} "
+          f"at {log.rows[worst].bytes} B")
     print(f"avg bus bandwidth (GB/s): measured {_avg(m.busbw_gbps for m in log.rows):.2f}, "
           f"predicted {_avg(r.busbw_gbps for r in rows):.2f}")
 
@@ -213,7 +215,8 @@ def run(args: argparse.Namespace) -> int:
               "the ring, as above")
     if args.json:
         measured = log.rows if log else [None] * len(rows)
-        write_json([r.to_dict() | ({"measured_time_s": m.time_s, "measured_busbw_gbps": m.busbw_gbps}
-                                   if m else {}) for r, m in zip(rows, measured)], args.json)
+        write_json([r.to_dict() | ({"measured_time_s": m.time_s,
+                                    "measured_busbw_gbps": m.busbw_gbps} if m else {})
+                    for r, m in zip(rows, measured)], args.json)
         print(f"\nwrote {args.json}")
     return 0

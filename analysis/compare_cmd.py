@@ -25,7 +25,7 @@ from analysis.ranking import ranking
 from analysis.run_store import atomic_write, to_csv
 from analysis.step import run_step
 from analysis.sweep_runner import LoadedConfig, from_mapping, job_of_row, run_sweep, strategy_columns
-from analysis.sweep_cmd import add_parallel_options
+from analysis.sweep_cmd import add_parallel_options, why_none
 
 COMPARE = "compare.csv"
 
@@ -118,11 +118,11 @@ def compare_one(name: str, raw: dict, base_dir: Path, catalog: Sequence[str], sw
                     "peak_memory_gib": max(s.memory.total for s in report.memory) / 2.0**30}
             return row_for(loaded, step, strategy_columns(loaded.config.job))
         loaded = from_mapping(raw, base_dir, catalog)
-        run_sweep(loaded, sweep_dir, workers=workers, dask_address=dask_address,
-                  progress=progress)
+        outcome = run_sweep(loaded, sweep_dir, workers=workers, dask_address=dask_address,
+                            progress=progress)
         frame = ranking(sweep_dir, loaded.config)
         if frame.empty:
-            return {"name": name, "problem": "no strategy fits in memory"}
+            return {"name": name, "problem": why_none(outcome.by_status, outcome.errors)}
         best = frame.iloc[0]
         job = job_of_row(loaded.config, best)
         loaded = LoadedConfig(replace(loaded.config, job=job), loaded.raw)
@@ -169,6 +169,9 @@ def table_rows(rows: list[dict]) -> tuple[list[str], list[list]]:
                "MFU", "peak GiB", "goodput tok/s", "J/token"]
     if currency:
         headers.append(f"{currency}/Mtok")
+    noted = any(text(r.get("problem")) for r in rows)
+    if noted:
+        headers.append("note")
     out = []
     for r in rows:
         if text(r.get("problem")):
@@ -185,7 +188,7 @@ def table_rows(rows: list[dict]) -> tuple[list[str], list[list]]:
         if currency:
             cost = r["cost_per_million_tokens"]
             line.append("-" if cost is None or cost != cost else f"{cost:.3g}")
-        out.append(line)
+        out.append(line + [""] * noted)
     return headers, out
 
 

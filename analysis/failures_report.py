@@ -77,6 +77,9 @@ def results_table(result: StudyResult) -> str:
 
 
 def cause_table(result: StudyResult) -> str:
+    if not result.by_cause:
+        return (f"Interruptions by cause: none in {len(result.runs)} runs of "
+                f"{result.prepared.spec.days:g} days")
     total = sum(v for c, v in result.by_cause.items() if c != "maintenance") or 1.0
     rows = [[cause, f"{count:.1f}",
              "-" if cause == "maintenance" else f"{100 * count / total:.1f}%",

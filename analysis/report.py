@@ -267,6 +267,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    files = build_report(args.run_dir, args.out)
+    try:
+        files = build_report(args.run_dir, args.out)
+    except (ValueError, KeyError, TypeError, AttributeError, EOFError, gzip.BadGzipFile) as err:
+        # A results file edited or cut short (JSON, CSV or the gzipped trace): say which folder.
+        raise SpecError("RUN_DIR", f"{args.run_dir} holds a damaged results file "
+                        f"({type(err).__name__}: {str(err)[:120]}); rerun or resume the sweep "
+                        "into a fresh folder") from None
     print(f"wrote {files[0]}, {files[1]} and {len(files) - 2} figure files in {files[2].parent}")
     return 0

@@ -91,9 +91,8 @@ def space_from_mapping(data: Mapping | None, path: str = "sweep") -> SweepSpace:
         if not f.has(key):
             f.raw(key, None)
             return getattr(default, key)
-        sub = Fields({str(i): v for i, v in enumerate(f.items(key))}, f.at(key))
-        values = tuple(sub.integer(str(i), minimum=0 if key == "zero" else 1)
-                       for i in range(len(sub.data)))
+        values = tuple(f.integers(key, minimum=0 if key == "zero" else 1,
+                                  maximum=3 if key == "zero" else None))
         if not values and key not in ("tp", "pp", "cp", "micro_batch"):
             raise SpecError(f.at(key), "expected at least one value")
         return values

@@ -32,6 +32,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def why_none(by_status: dict, errors: int = 0) -> str:
+    """Why a sweep ranked nothing, from what became of its candidates."""
+    if errors:
+        return f"{errors} simulations failed (see points.csv)"
+    if by_status.get("does_not_fit", 0):
+        return "no strategy that divides the job fits in memory"
+    return ("no strategy of the space divides the job (tp must divide the heads, "
+            "tp x pp x cp the GPUs, the micro-batches the batch)")
+
+
 def ranking_table(frame, top: int) -> str:
     from analysis.ranking import ranking_rows
     from analysis.tables import render
@@ -53,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
           f"{f', {outcome.errors} failed' if outcome.errors else ''}) in {outcome.wall_s:.1f} s")
     frame = ranking(args.out, loaded.config)
     if frame.empty:
-        print("no strategy fits in memory: nothing to rank")
+        print(f"nothing to rank: {why_none(s, outcome.errors)}")
         return 0
     path = write_ranking(args.out, frame)
     print()

@@ -111,11 +111,12 @@ class Fields:
             return value
         return parse_enum(enum_type, value, self.at(key))
 
-    def integers(self, key: str, default: object = _MISSING,
-                 minimum: int | None = None) -> list[int]:
+    def integers(self, key: str, default: object = _MISSING, minimum: int | None = None,
+                 maximum: int | None = None) -> list[int]:
         """A list of integers; a bad entry is named by its index (``key[2]``)."""
         entries = Fields(dict(enumerate(self.items(key, default))), self.at(key))
-        return [entries.integer(i, minimum=minimum) for i in range(len(entries.data))]
+        return [entries.integer(i, minimum=minimum, maximum=maximum)
+                for i in range(len(entries.data))]
 
     def items(self, key: str, default: object = _MISSING) -> list[Any]:
         value = self.raw(key, default)
@@ -143,7 +144,8 @@ class Fields:
         return self
 
     def done(self) -> None:
-        unknown = sorted(set(map(str, self.data)) - self._read)
+        given = {str(k) for k, v in self.data.items() if v is not None}   # null = not given
+        unknown = sorted(given - self._read)
         if unknown:
             known = ", ".join(sorted(self._read)) or "none"
             raise SpecError(self.at(unknown[0]), f"unknown field; expected one of: {known}")

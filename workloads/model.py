@@ -258,6 +258,9 @@ def from_mapping(data: Mapping, path: str = "model") -> TransformerSpec:
     hidden = f.integer("hidden", d.get("hidden"), minimum=1)
     heads = f.integer("heads", d.get("heads"), minimum=1)
     mlp = f.choice("mlp", Mlp, d.get("mlp", "gelu"))
+    if mlp is not Mlp.GELU and d.get("ffn_hidden") is None and not f.has("ffn_hidden"):
+        raise SpecError(f.at("ffn_hidden"), f"is required with mlp: {mlp.value} (gated MLPs have "
+                        "no standard width; Llama-style models use about 8/3 x hidden)")
     if hidden % heads and not f.has("head_dim"):
         raise SpecError(f.at("heads"), f"{heads} does not divide {path}.hidden={hidden}; give head_dim")
     model = TransformerSpec(
