@@ -30,6 +30,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def check_other_sections(config) -> None:
+    """A typo in the costs, sweep or failures section is an error here too, not only when the
+    command that reads it runs."""
+    from analysis.costs import costs_from_mapping
+    from analysis.failures_config import failure_spec
+    from analysis.space import space_from_mapping
+
+    sections = config.sections
+    if "costs" in sections:
+        costs_from_mapping(sections["costs"])
+    if "sweep" in sections:
+        space_from_mapping(sections["sweep"])
+    if "failures" in sections:
+        failure_spec(config)
+
+
 def run(args: argparse.Namespace) -> int:
     from analysis.chrome_trace import write_chrome_trace
     from analysis.config import load_config
@@ -37,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from analysis.summary import summary
 
     config = load_config(args.config or default_config(), args.catalog)
+    check_other_sections(config)
     report = run_step(config)
     print(summary(report))
     if args.json:

@@ -78,6 +78,8 @@ BAD_INPUTS = {
                             "strategy: {", "strategy: {pp: 2, layers_per_stage: [abc, 16], ")),
                         ["simulate"],
                         "strategy.layers_per_stage[0]: expected an integer, got 'abc'"),
+    "costs typo": (lambda d: _write(d, "c.yaml", EXAMPLE + "costs: {gpu_hourr: 2}\n"),
+                   ["simulate"], "costs.gpu_hourr: unknown field; did you mean gpu_hour?"),
     "fractional HF layers": (
         lambda d: _write(d, "h.json", '{"num_hidden_layers": 2.9, "hidden_size": 64, '
                                       '"num_attention_heads": 4, "vocab_size": 100}')
