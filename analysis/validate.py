@@ -147,6 +147,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "cp": _int(row, "cp", 1), "ep": _int(row, "ep", 1),
         "sequence_parallel": _cell(row, "sequence_parallel", "false").lower() == "true",
         "zero": _int(row, "zero", 0), "recompute": _cell(row, "recompute", "none"),
+        "recompute_layers": _int(row, "recompute_layers", 0),
         "virtual_stages": v, "schedule": "interleaved" if v > 1 else "1f1b",
         **{k: software[k] for k in ("zero3_granularity", "zero3_prefetch") if k in software},
     })

@@ -81,3 +81,20 @@ def test_offload_moves_optimizer_state_off_the_device():
     a = base.memory()[0]
     b = off.memory()[0]
     assert b.memory.optimizer == 0 and b.offloaded_bytes == pytest.approx(a.memory.optimizer)
+
+
+def test_block_recompute_sits_between_none_and_full():
+    """Megatron's block method: recompute_layers N of each chunk recompute, the rest keep their
+    activations; memory, hardware FLOPs and time fall in between, in proportion."""
+    model, training = PRESETS["llama3-8b"], TrainingSpec(seq_len=8192, global_batch=8)
+
+    def job(recompute, n=0):
+        return Job(model, training, Strategy(dp=8, zero=3, recompute=recompute,
+                                             recompute_layers=n)).checked(8)
+    none, half, full = job(Recompute.NONE), job(Recompute.FULL, 16), job(Recompute.FULL)
+    act = [j.memory()[0].memory.activations for j in (none, half, full)]
+    assert act[0] > act[1] > act[2]
+    assert act[1] == pytest.approx((act[0] + act[2]) / 2, rel=0.1)
+    extra = full.hardware_flops_per_step - none.hardware_flops_per_step
+    assert half.hardware_flops_per_step - none.hardware_flops_per_step == pytest.approx(extra / 2)
+    assert job(Recompute.FULL, 32).hardware_flops_per_step == full.hardware_flops_per_step

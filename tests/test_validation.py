@@ -47,8 +47,9 @@ def test_dev_set_mape_is_at_most_ten_percent(catalog):
 
 def test_torchtitan_fsdp2_runs_outside_the_dev_set_within_ten_percent(catalog):
     """torchtitan's published FSDP2 throughput on 64 A100 (Llama 2 13B without recompute,
-    Llama 2 and 3 70B with full recompute), never used to develop the model."""
+    Llama 2 and 3 70B with full recompute, Llama 3 8B recomputing every other layer), never
+    used to develop the model."""
     outcomes = validate_rows(REPO / "analysis/data/published_runs_torchtitan.csv", catalog)
-    assert len(outcomes) == 3
+    assert len(outcomes) == 4
     for o in outcomes:
         assert abs(o.error) <= 0.10, o

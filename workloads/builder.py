@@ -239,7 +239,7 @@ class _StageBuilder:
         e, s = self.e, self.s
         if self.zero3:
             deps = deps + (self._zero3_gather(Pass.BACKWARD, micro, layer, layers),)
-        if s.recompute is Recompute.FULL:
+        if s.recomputes(layers.index(layer)):
             deps = (self.layer_forward(micro, layer, layers, Phase.RECOMPUTE, deps),)
         tag = f"bwd{micro}.layer{layer}"
         mlp_kernels = self.bwd_work.mlp

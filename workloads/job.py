@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workloads.layer_ops import model_flops_per_token, recompute_flops_per_token
+from workloads.stages import chunk_layers
 from workloads.memory import StageMemory, memory_per_stage
 from workloads.model import TransformerSpec, check
 from workloads.strategy import Strategy, check_strategy, micro_batches
@@ -40,7 +41,17 @@ class Job:
         t = self.training
         extra = recompute_flops_per_token(self.model, t.seq_len, self.strategy.recompute,
                                           t.attention)
-        return self.model_flops_per_step + extra * t.tokens_per_step
+        return self.model_flops_per_step + extra * self.recomputed_fraction * t.tokens_per_step
+
+    @property
+    def recomputed_fraction(self) -> float:
+        """Share of the layers that recompute (all, unless ``recompute_layers`` limits each
+        model chunk to its first N)."""
+        n = self.strategy.recompute_layers
+        if not n:
+            return 1.0
+        return sum(min(n, c) for c in chunk_layers(self.model.layers, self.strategy)) \
+            / self.model.layers
 
     def memory(self) -> tuple[StageMemory, ...]:
         return memory_per_stage(self.model, self.training, self.strategy)

@@ -168,13 +168,18 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
 
     e = training.precision.activation_bytes
     per_layer = layer_activation_bytes(model, training, st)
-    activations = inflight_layer_sets(plan, st, micro) * per_layer
     sbh = _sbh(model, training, st)
     if st.recompute is Recompute.FULL:
-        # The layer being recomputed holds its full activations during its backward.
-        full = Strategy(**{**{f.name: getattr(st, f.name) for f in fields(st)},
+        kept = Strategy(**{**{f.name: getattr(st, f.name) for f in fields(st)},
                            "recompute": Recompute.NONE})
-        activations += layer_activation_bytes(model, training, full)
+        whole = layer_activation_bytes(model, training, kept)
+        # Block recompute: the first recompute_layers of each chunk keep only their input.
+        recomputed = sum(1 for c in plan.chunk_layers for i in range(c) if st.recomputes(i))
+        per_layer = (recomputed * per_layer + (plan.layers - recomputed) * whole) / plan.layers
+        # The layer being recomputed holds its full activations during its backward.
+        activations = inflight_layer_sets(plan, st, micro) * per_layer + whole
+    else:
+        activations = inflight_layer_sets(plan, st, micro) * per_layer
     if plan.has_embedding:
         extra = (1.0 if model.dropout else 0.0) + (2 * e if model.embedding_norm else 0.0)
         inflight = micro if st.schedule is Schedule.GPIPE else min(st.pp, micro)

@@ -94,6 +94,10 @@ class Strategy:
     schedule: Schedule = Schedule.ONE_F_ONE_B
     virtual_stages: int = 1
     recompute: Recompute = Recompute.NONE
+    recompute_layers: int = 0
+    """With full recompute, how many layers of each model chunk recompute (Megatron's
+    ``--recompute-method block --recompute-num-layers``); the others keep their activations.
+    0: every layer."""
     zero: int = 0
     """ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also parameters (FSDP)."""
     offload: Offload = Offload.NONE
@@ -113,11 +117,16 @@ class Strategy:
         """Model chunks of the whole pipeline (stages x virtual stages)."""
         return self.pp * self.virtual_stages
 
+    def recomputes(self, position: int) -> bool:
+        """Whether the layer at ``position`` within its model chunk recomputes in full."""
+        return self.recompute is Recompute.FULL and (
+            not self.recompute_layers or position < self.recompute_layers)
+
     def to_dict(self) -> dict:
         return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep,
                 "sequence_parallel": self.sequence_parallel, "schedule": self.schedule.value,
                 "virtual_stages": self.virtual_stages, "recompute": self.recompute.value,
-                "zero": self.zero, "offload": self.offload.value, "offload_tier": self.offload_tier,
+                "recompute_layers": self.recompute_layers, "zero": self.zero, "offload": self.offload.value, "offload_tier": self.offload_tier,
                 "layers_per_stage": list(self.layers_per_stage),
                 "zero3_granularity": self.zero3_granularity.value,
                 "zero3_prefetch": self.zero3_prefetch.value}
@@ -136,6 +145,7 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
         schedule=f.choice("schedule", Schedule, Schedule.ONE_F_ONE_B),
         virtual_stages=f.integer("virtual_stages", 1, minimum=1),
         recompute=f.choice("recompute", Recompute, Recompute.NONE),
+        recompute_layers=f.integer("recompute_layers", 0, minimum=0),
         zero=f.integer("zero", 0, minimum=0),
         offload=f.choice("offload", Offload, Offload.NONE),
         offload_tier=f.text("offload_tier", ""),
@@ -170,6 +180,8 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
                         f"but cluster.num_gpus = {world_size}")
     if s.sequence_parallel and s.tp == 1:
         raise SpecError(f"{path}.sequence_parallel", "needs tp > 1")
+    if s.recompute_layers and s.recompute is not Recompute.FULL:
+        raise SpecError(f"{path}.recompute_layers", f"{s.recompute_layers} needs recompute: full")
     if s.offload_tier and s.offload is Offload.NONE:
         raise SpecError(f"{path}.offload_tier", f"names {s.offload_tier!r} but offload is none; "
                         "set offload: optimizer or params")
