@@ -98,6 +98,9 @@ def run(args) -> int:
 
     catalog = load_catalog(args.catalog)
     if args.action == "list":
+        if args.name:
+            raise SpecError("NAME", f"`clustersim hardware list` takes no name (got {args.name!r});"
+                            f" use `clustersim hardware show {args.name}`")
         print(list_catalog(catalog))
         return 0
     if not args.name:

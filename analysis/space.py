@@ -146,8 +146,8 @@ def strategy_key(job: Job) -> str:
     s = job.strategy
     schedule = s.schedule.value + (f"x{s.virtual_stages}" if s.virtual_stages > 1 else "")
     return (f"tp{s.tp}-pp{s.pp}-dp{s.dp}-cp{s.cp}-mb{job.training.micro_batch}-{schedule}"
-            f"-{'sp' if s.sequence_parallel else 'nosp'}-{s.recompute.value}-z{s.zero}"
-            f"-{s.offload.value}")
+            f"-{'sp' if s.sequence_parallel else 'nosp'}-{s.recompute.value}"
+            f"{f'{s.recompute_layers}' if s.recompute_layers else ''}-z{s.zero}-{s.offload.value}")
 
 
 def divisors(n: int) -> tuple[int, ...]:
@@ -162,6 +162,11 @@ def _schedules(space: SweepSpace) -> list[tuple[Schedule, int]]:
         else:
             out.append((schedule, 1))
     return out
+
+
+def block_layers(base: Strategy, recompute: Recompute) -> int:
+    """The config's ``recompute_layers`` where full recompute is tried, 0 elsewhere."""
+    return base.recompute_layers if recompute is Recompute.FULL else 0
 
 
 def layouts(base: Job, world: int, space: SweepSpace) -> Iterator[Job]:
@@ -180,7 +185,8 @@ def layouts(base: Job, world: int, space: SweepSpace) -> Iterator[Job]:
             for rc, zero, offload in itertools.product(space.recompute, space.zero, space.offload):
                 strategy = replace(base.strategy, tp=tp, pp=pp, dp=dp, cp=cp,
                                    sequence_parallel=sp, schedule=schedule, virtual_stages=v,
-                                   recompute=rc, zero=zero, offload=offload, layers_per_stage=())
+                                   recompute=rc, zero=zero, offload=offload, layers_per_stage=(),
+                                   recompute_layers=block_layers(base.strategy, rc))
                 training = replace(base.training, micro_batch=mb)
                 yield Job(base.model, training, strategy)
 

@@ -27,7 +27,9 @@ from analysis.chrome_trace import chrome_trace
 from analysis.config import RunConfig, config_from_mapping, read_yaml
 from analysis.executors import run_tasks
 from analysis.run_store import RunStore, atomic_write, manifest
-from analysis.space import GIB, Candidate, Status, SweepSpace, enumerate_space, space_from_mapping
+from analysis.space import (
+    GIB, Candidate, Status, SweepSpace, block_layers, enumerate_space, space_from_mapping,
+)
 from analysis.step import StepReport, simulation_options
 
 BEST = "best.json"
@@ -207,7 +209,8 @@ def job_of_row(config: RunConfig, row: Mapping) -> Job:
                        virtual_stages=int(row["virtual_stages"]),
                        sequence_parallel=str(row["sequence_parallel"]) == "True",
                        recompute=Recompute(row["recompute"]), zero=int(row["zero"]),
-                       offload=Offload(row["offload"]), layers_per_stage=())
+                       offload=Offload(row["offload"]), layers_per_stage=(),
+                       recompute_layers=block_layers(s, Recompute(row["recompute"])))
     training = replace(config.job.training, micro_batch=int(row["micro_batch"]))
     return Job(config.job.model, training, strategy).checked(config.cluster.num_devices)
 
