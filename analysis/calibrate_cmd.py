@@ -18,7 +18,7 @@ from pathlib import Path
 
 from hardware_specs import SpecError, load_catalog
 
-from analysis.cli_common import add_catalog_option, write_json
+from analysis.cli_common import add_catalog_option, output_path, write_json
 
 MICROBENCH_FILE = "microbench.json"
 BUSY_HOST_CORES = 0.25
@@ -84,7 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     cmds = p.add_subparsers(dest="calibrate_command", required=True, metavar="STEP")
 
     mb = cmds.add_parser("microbench", help="measure kernels and collectives with torch")
-    mb.add_argument("--out", required=True, metavar="DIR")
+    mb.add_argument("--out", type=output_path, required=True, metavar="DIR")
     mb.add_argument("--quick", action="store_true", help="a small subset (smoke tests)")
     mb.add_argument("--world-sizes", default="", help="collective world sizes (default: 2 up "
                                                       "to the ranks, powers of two)")
@@ -95,14 +95,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     ft = cmds.add_parser("fit", help="fit a hardware profile from microbenchmarks")
     ft.add_argument("prof", metavar="DIR", help="folder with microbench.json")
-    ft.add_argument("--out", required=True, metavar="FILE.yaml")
+    ft.add_argument("--out", type=output_path, required=True, metavar="FILE.yaml")
     _add_fit_options(ft)
     add_catalog_option(ft)
     ft.set_defaults(func=run_fit)
 
     va = cmds.add_parser("validate", help="real training vs prediction for several strategies")
     va.add_argument("--profile", required=True, metavar="FILE.yaml")
-    va.add_argument("--json", metavar="OUT", help="write the rows as JSON")
+    va.add_argument("--json", type=output_path, metavar="OUT", help="write the rows as JSON")
     va.add_argument("--report", metavar="OUT.md", help="write a Markdown report with a plot")
     _add_validate_options(va)
     _add_measure_options(va)
@@ -110,7 +110,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     va.set_defaults(func=run_validate)
 
     al = cmds.add_parser("all", help="microbench, fit and validate in one go")
-    al.add_argument("--out", required=True, metavar="DIR")
+    al.add_argument("--out", type=output_path, required=True, metavar="DIR")
     al.add_argument("--quick", action="store_true", help="a small microbenchmark subset")
     _add_fit_options(al)
     _add_validate_options(al)

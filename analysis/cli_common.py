@@ -19,6 +19,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def output_path(text: str) -> str:
+    """argparse type for a file or folder to write: not empty (``--json ''`` wrote nothing)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a path to write, got an empty string")
+    return text
+
+
 def add_catalog_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--catalog", action="append", default=[], metavar="DIR",
                    help="extra hardware catalog directory or YAML file (repeatable)")

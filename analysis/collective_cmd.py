@@ -23,7 +23,7 @@ from simulator.cost.collectives import (
 from simulator.cost.network import NetworkModel, bus_factor
 from workloads.trace import CollectiveKind
 
-from analysis.cli_common import add_catalog_option, write_json
+from analysis.cli_common import add_catalog_option, output_path, write_json
 from analysis.nccl_tests_log import NcclTestsLog, read_log
 from analysis.tables import render
 
@@ -103,7 +103,7 @@ def register(sub) -> None:
     p.add_argument("--against", metavar="LOG",
                    help="an nccl-tests output file: predict its sizes and print measured, "
                         "predicted and the error per size")
-    p.add_argument("--json", metavar="OUT", help="write the rows as JSON")
+    p.add_argument("--json", type=output_path, metavar="OUT", help="write the rows as JSON")
     add_catalog_option(p)
     p.set_defaults(func=run)
 

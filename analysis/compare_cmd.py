@@ -17,7 +17,7 @@ import yaml
 
 from hardware_specs import SpecError
 
-from analysis.cli_common import add_catalog_option
+from analysis.cli_common import add_catalog_option, output_path
 from analysis.config import read_yaml
 from analysis.costs import costs_from_mapping, cost_per_million_tokens, energy_per_token_j
 from analysis.exposure import exposure
@@ -200,7 +200,8 @@ def register(sub) -> None:
                         "or cluster.oversubscription=1,2 (repeatable: every combination)")
     p.add_argument("--sweep", action="store_true",
                    help="find each cluster's best strategy with a full sweep (needs --out)")
-    p.add_argument("--out", metavar="DIR", help="write compare.csv (and the sweeps) here")
+    p.add_argument("--out", type=output_path, metavar="DIR",
+                   help="write compare.csv (and the sweeps) here")
     add_parallel_options(p)
     add_catalog_option(p)
     p.set_defaults(func=run)

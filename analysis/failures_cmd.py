@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from analysis.cli_common import add_catalog_option, positive_int, write_json
+from analysis.cli_common import add_catalog_option, output_path, positive_int, write_json
 
 SWEEP_SEEDS = 40
 PLOT_SWEEP_SEEDS = 20
@@ -23,9 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sweep-interval", action="store_true",
                    help="find the best checkpoint interval of every checkpoint policy "
                         f"(min(seeds, {SWEEP_SEEDS}) seeds per point)")
-    p.add_argument("--json", metavar="OUT", help="write the summary as JSON")
-    p.add_argument("--events-csv", metavar="OUT", help="write every run's events as CSV")
-    p.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
+    p.add_argument("--json", type=output_path, metavar="OUT", help="write the summary as JSON")
+    p.add_argument("--events-csv", type=output_path, metavar="OUT",
+                   help="write every run's events as CSV")
+    p.add_argument("--plots", type=output_path, metavar="DIR", help="write PNG plots into DIR")
     add_catalog_option(p)
     p.set_defaults(func=run)
 

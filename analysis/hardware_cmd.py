@@ -67,15 +67,19 @@ def _readable(key: str, value):
 
 
 def show(catalog: Catalog, name: str) -> tuple[str, dict]:
-    """The spec called ``name`` (any section) as text and as a plain dict."""
-    for section in SECTIONS:
-        spec = catalog.section(section).get(name)
-        if spec is not None:
-            data = _plain(spec)
-            lines = [f"{section[:-1].replace('_', ' ')} {name}  ({catalog.origin.get((section, name), '')})"]
-            for key, value in data.items():
-                lines.append(f"  {key}: {_readable(key, value)}")
-            return "\n".join(lines), data
+    """The spec called ``name`` as text and as a plain dict; every section that has one (a
+    device and a node may share a name), the data keyed by section then."""
+    found = [(section, catalog.section(section)[name]) for section in SECTIONS
+             if name in catalog.section(section)]
+    if found:
+        texts, datas = [], {}
+        for section, spec in found:
+            data = datas[section] = _plain(spec)
+            origin = catalog.origin.get((section, name), "")
+            lines = [f"{section[:-1].replace('_', ' ')} {name}  ({origin})"]
+            lines += [f"  {key}: {_readable(key, value)}" for key, value in data.items()]
+            texts.append("\n".join(lines))
+        return "\n\n".join(texts), (datas[found[0][0]] if len(found) == 1 else datas)
     everything = sorted(n for s in SECTIONS for n in catalog.section(s))
     close = difflib.get_close_matches(name, everything, n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""

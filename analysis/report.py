@@ -21,6 +21,7 @@ from pathlib import Path
 from hardware_specs import SpecError
 
 from analysis import plots
+from analysis.cli_common import output_path
 from analysis.ranking import candidates, folder_config, ranking, ranking_rows, strategy_label
 from analysis.compare_cmd import COMPARE, table_rows as compare_rows
 from analysis.run_store import CONFIG, RunStore
@@ -260,7 +261,7 @@ def write_document(doc: Document, out: Path) -> list[Path]:
 def register(sub) -> None:
     p = sub.add_parser("report", help="write an HTML report (and Markdown twin) of a sweep")
     p.add_argument("run_dir", help="folder written by `clustersim sweep --out`")
-    p.add_argument("--out", default="report.html", metavar="FILE.html",
+    p.add_argument("--out", type=output_path, default="report.html", metavar="FILE.html",
                    help="HTML file to write (default: report.html); the Markdown twin and the "
                         "figures go beside it")
     p.set_defaults(func=run)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hardware_specs import SpecError
 
-from analysis.cli_common import add_catalog_option, write_json
+from analysis.cli_common import add_catalog_option, output_path, write_json
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_EXAMPLE = "examples/llama3_70b_h100.yaml"
@@ -24,8 +24,9 @@ def default_config() -> Path:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("simulate", help="simulate one training step of a config")
     p.add_argument("config", nargs="?", help=f"run config YAML (default: {DEFAULT_EXAMPLE})")
-    p.add_argument("--json", metavar="OUT", help="write the result as JSON")
-    p.add_argument("--trace", metavar="OUT", help="write a Chrome/Perfetto trace JSON")
+    p.add_argument("--json", type=output_path, metavar="OUT", help="write the result as JSON")
+    p.add_argument("--trace", type=output_path, metavar="OUT",
+                   help="write a Chrome/Perfetto trace JSON")
     add_catalog_option(p)
     p.set_defaults(func=run)
 

@@ -111,6 +111,8 @@ def space_from_mapping(data: Mapping | None, path: str = "sweep") -> SweepSpace:
     if f.has("sequence_parallel"):
         sp = tuple(Fields({"v": v}, f"{f.at('sequence_parallel')}[{i}]").boolean("v")
                    for i, v in enumerate(f.items("sequence_parallel")))
+        if not sp:
+            raise SpecError(f.at("sequence_parallel"), "expected at least one value")
     space = SweepSpace(
         tp=integers("tp"), pp=integers("pp"), cp=integers("cp"),
         micro_batch=integers("micro_batch"), schedule=choices("schedule", Schedule),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from analysis.cli_common import add_catalog_option, positive_int
+from analysis.cli_common import add_catalog_option, output_path, positive_int
 
 TOP = 15
 
@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="simulate every valid strategy and rank them")
     p.add_argument("config", help="run config YAML (its strategy is the base; a `sweep:` "
                                   "section narrows or widens the space)")
-    p.add_argument("--out", required=True, metavar="DIR",
+    p.add_argument("--out", type=output_path, required=True, metavar="DIR",
                    help="results folder; rerunning with it resumes without recomputing")
     p.add_argument("--top", type=positive_int, default=TOP, metavar="K",
                    help=f"rows to print ({TOP})")

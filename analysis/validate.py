@@ -26,7 +26,7 @@ from workloads.model import from_mapping
 from workloads.strategy import strategy_from_mapping
 from workloads.training import training_from_mapping
 
-from analysis.cli_common import add_catalog_option, write_json
+from analysis.cli_common import add_catalog_option, output_path, write_json
 from analysis.config import RunConfig
 from analysis.step import run_step, DEFAULT_OPTIONS
 from analysis.tables import render
@@ -226,7 +226,7 @@ def render_outcomes(outcomes: list[RowOutcome]) -> str:
 def register(sub) -> None:
     p = sub.add_parser("validate", help="compare predictions with published runs")
     p.add_argument("--runs", required=True, metavar="FILE.csv", help="published-runs table")
-    p.add_argument("--json", metavar="OUT", help="write rows and summary as JSON")
+    p.add_argument("--json", type=output_path, metavar="OUT", help="write rows and summary as JSON")
     add_catalog_option(p)
     p.set_defaults(func=run)
 
