@@ -67,8 +67,8 @@ def _readable(key: str, value):
 
 
 def show(catalog: Catalog, name: str) -> tuple[str, dict]:
-    """The spec called ``name`` as text and as a plain dict; every section that has one (a
-    device and a node may share a name), the data keyed by section then."""
+    """The spec called ``name`` as text (every section that has one: a calibrated profile names
+    its device and its node alike) and, as a plain dict, the first of them (the device)."""
     found = [(section, catalog.section(section)[name]) for section in SECTIONS
              if name in catalog.section(section)]
     if found:
@@ -79,7 +79,7 @@ def show(catalog: Catalog, name: str) -> tuple[str, dict]:
             lines = [f"{section[:-1].replace('_', ' ')} {name}  ({origin})"]
             lines += [f"  {key}: {_readable(key, value)}" for key, value in data.items()]
             texts.append("\n".join(lines))
-        return "\n\n".join(texts), (datas[found[0][0]] if len(found) == 1 else datas)
+        return "\n\n".join(texts), datas[found[0][0]]
     everything = sorted(n for s in SECTIONS for n in catalog.section(s))
     close = difflib.get_close_matches(name, everything, n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
