@@ -115,7 +115,7 @@ def _size(text: str, flag: str) -> float:
     return parse(value if not value.isdigit() else float(value), Quantity.BYTES, flag)
 
 
-def _cluster(args) -> ClusterSpec:
+def _cluster(args, gpus: int) -> ClusterSpec:
     catalog = load_catalog(args.catalog)
     if args.cluster:
         from pathlib import Path
@@ -124,13 +124,13 @@ def _cluster(args) -> ClusterSpec:
         from hardware_specs.fields import Fields
         data = read_yaml(Path(args.cluster))
         section = dict(data.get("cluster", data))
-        section.setdefault("num_gpus", args.gpus)
+        section.setdefault("num_gpus", gpus)
         if args.gpus_per_node:
             section["gpus_per_node"] = args.gpus_per_node
         return parse_cluster(Fields(section, "cluster"), catalog)
     if not args.gpu:
         raise SpecError("--cluster", "give --cluster CONFIG or --gpu NAME")
-    return catalog.cluster(device=args.gpu, num_devices=args.gpus,
+    return catalog.cluster(device=args.gpu, num_devices=gpus,
                            devices_per_node=args.gpus_per_node)
 
 
@@ -188,8 +188,7 @@ def run(args: argparse.Namespace) -> int:
                            "--gpus-per-thread", 1)
     if gpus < 2:
         raise SpecError("--gpus", f"a collective needs at least 2 ranks, got {gpus}")
-    args.gpus = gpus
-    cluster = _cluster(args)
+    cluster = _cluster(args, gpus)
     if cluster.num_devices < gpus:
         raise SpecError("--gpus", f"{gpus} exceeds the cluster's {cluster.num_devices} GPUs")
     if not 1 <= per_thread <= gpus:

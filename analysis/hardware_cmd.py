@@ -72,14 +72,13 @@ def show(catalog: Catalog, name: str) -> tuple[str, dict]:
     found = [(section, catalog.section(section)[name]) for section in SECTIONS
              if name in catalog.section(section)]
     if found:
-        texts, datas = [], {}
+        texts = []
         for section, spec in found:
-            data = datas[section] = _plain(spec)
             origin = catalog.origin.get((section, name), "")
             lines = [f"{section[:-1].replace('_', ' ')} {name}  ({origin})"]
-            lines += [f"  {key}: {_readable(key, value)}" for key, value in data.items()]
+            lines += [f"  {key}: {_readable(key, value)}" for key, value in _plain(spec).items()]
             texts.append("\n".join(lines))
-        return "\n\n".join(texts), datas[found[0][0]]
+        return "\n\n".join(texts), _plain(found[0][1])
     everything = sorted(n for s in SECTIONS for n in catalog.section(s))
     close = difflib.get_close_matches(name, everything, n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from hardware_specs import SpecError
+from hardware_specs.textfile import read_text
 
 _TAG = re.compile(r"^\[\d+,\d+\]<std(out|err)>:")
-_HEADER = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_HEADER = re.compile(r"nThread\s+\d+\s+nGpus\s+(\d+)")
 _RANK = re.compile(r"^#?\s*Rank\s+\d+\s")
 _TEST = re.compile(r"Collective test starting:\s*(\w+?)_perf")
 
@@ -56,11 +56,11 @@ def _row(tokens: list[str]) -> MeasuredRow | None:
 
 
 def parse_log(text: str, where: str = "--against") -> NcclTestsLog:
-    rows, ranks, threads, gpus, op = [], 0, 1, 1, None
+    rows, ranks, gpus, op = [], 0, 1, None
     for raw in text.splitlines():
         line = _TAG.sub("", raw).strip()
         if (m := _HEADER.search(line)) is not None:
-            threads, gpus = int(m.group(1)), int(m.group(2))
+            gpus = int(m.group(1))   # -t T threads of -g G GPUs: a thread still drives G
         elif (m := _TEST.search(line)) is not None:
             op = m.group(1)
         elif _RANK.match(line):
@@ -70,13 +70,8 @@ def parse_log(text: str, where: str = "--against") -> NcclTestsLog:
     if not rows:
         raise SpecError(where, "expected nccl-tests output with at least one result line "
                                "(size count type redop ... time algbw busbw), found none")
-    del threads   # -t T runs T threads of -g G GPUs each: a thread still drives G GPUs
     return NcclTestsLog(tuple(rows), ranks or None, gpus, op)
 
 
 def read_log(path: str) -> NcclTestsLog:
-    try:
-        text = Path(path).read_text(errors="replace")
-    except OSError as e:
-        raise SpecError("--against", f"cannot read {path}: {e.strerror or e}") from None
-    return parse_log(text)
+    return parse_log(read_text(path, "--against", errors="replace"))

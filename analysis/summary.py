@@ -44,7 +44,10 @@ def summary(report: StepReport) -> str:
     strategy = (f"TP{s.tp} PP{s.pp} DP{s.dp}" + (f" CP{s.cp}" if s.cp > 1 else "")
                 + (f" EP{s.ep}" if s.ep > 1 else "")
                 + f", {s.schedule.value}" + (f" v={s.virtual_stages}" if s.virtual_stages > 1 else "")
-                + f", recompute {s.recompute.value}, ZeRO-{s.zero}"
+                + f", recompute {s.recompute.value}"
+                + (f" (first {s.recompute_layers} layers of each chunk)"
+                   if s.recompute_layers else "")
+                + f", ZeRO-{s.zero}"
                 + (", sequence parallel" if s.sequence_parallel else "")
                 + (f", offload {s.offload.value}" if s.offload.value != "none" else ""))
     head = key_values([

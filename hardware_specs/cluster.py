@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hardware_specs.device import DeviceSpec
 from hardware_specs.fabric import FabricSpec
 from hardware_specs.failures import FailureModel
-from hardware_specs.memory import MemoryTierSpec, TierScope
+from hardware_specs.memory import MemoryTierSpec
 from hardware_specs.node import NodeSpec
 
 
@@ -43,11 +43,10 @@ class ClusterSpec:
     def offload_memory(self) -> MemoryTierSpec:
         return self.offload_tier or self.host_memory
 
-    def per_device(self, tier: MemoryTierSpec, bandwidth: float) -> float:
+    def per_device(self, tier: MemoryTierSpec, write: bool) -> float:
         """One device's share of a tier's bandwidth when every device streams at once."""
-        sharing = {TierScope.DEVICE: 1, TierScope.NODE: self.devices_per_node,
-                   TierScope.CLUSTER: self.num_devices}[tier.scope]
-        return bandwidth / sharing
+        devices = self.num_nodes * self.devices_per_node
+        return tier.reach(self.num_nodes, self.devices_per_node, write) / devices
 
     @property
     def devices_per_node(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 from hardware_specs.fields import Fields
@@ -38,6 +39,17 @@ class MemoryTierSpec:
     write_bandwidth: float
     latency_s: float
     source: str = ""
+
+    def reach(self, nodes: int, devices_per_node: int, write: bool,
+              node_bandwidth: float = math.inf) -> float:
+        """Bytes/s that ``nodes`` nodes reach together on this tier, each through at most
+        ``node_bandwidth`` (its path to the tier): a cluster-wide tier is shared by all of
+        them, a node's by its devices, a device's tier is its own."""
+        bw = self.write_bandwidth if write else self.read_bandwidth
+        if self.scope is TierScope.CLUSTER:
+            return min(bw, nodes * node_bandwidth)
+        per_node = bw * (devices_per_node if self.scope is TierScope.DEVICE else 1)
+        return nodes * min(per_node, node_bandwidth)
 
 
 def read_tier(f: Fields) -> MemoryTierSpec:

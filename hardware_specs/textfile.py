@@ -15,17 +15,18 @@ MAX_BYTES = 64 * 2**20
 """No config, catalog or table the tool reads comes near this; /dev/zero would never end."""
 
 
-def read_text(path: Path | str, field: str = "") -> str:
+def read_text(path: Path | str, field: str = "", errors: str = "strict") -> str:
+    """The file's text; ``errors="replace"`` for logs, where a stray byte is no reason to stop."""
     path = Path(path)
     try:
         if not path.exists():
-            raise SpecError(field, f"no such file: {path}")
+            raise SpecError(field, f"cannot read {path}: no such file")
         if not path.is_file():
             kind = "a directory" if path.is_dir() else "a special file"
             raise SpecError(field, f"expected a file, got {kind}: {path}")
         if path.stat().st_size > MAX_BYTES:
             raise SpecError(field, f"{path} is over {MAX_BYTES // 2**20} MiB; expected a text file")
-        return path.read_bytes().decode("utf-8")
+        return path.read_bytes().decode("utf-8", errors)
     except UnicodeDecodeError:
         raise SpecError(field, f"{path} is not a UTF-8 text file") from None
     except OSError as err:

@@ -23,7 +23,7 @@ import enum
 import math
 from dataclasses import dataclass
 
-from hardware_specs import ClusterSpec, MemoryTierSpec, TierScope
+from hardware_specs import ClusterSpec, MemoryTierSpec
 from workloads import Job
 
 
@@ -101,16 +101,6 @@ def device_state_bytes(job: Job) -> float:
     return max(s.memory.weights + s.memory.optimizer + s.offloaded_bytes for s in job.memory())
 
 
-def tier_bandwidth(tier: MemoryTierSpec, nodes: int, node_bandwidth: float, write: bool,
-                   devices_per_node: int) -> float:
-    """Bytes/s that ``nodes`` nodes reach together on ``tier``."""
-    bw = tier.write_bandwidth if write else tier.read_bandwidth
-    if tier.scope is TierScope.CLUSTER:
-        return min(bw, nodes * node_bandwidth)
-    per_node = bw * (devices_per_node if tier.scope is TierScope.DEVICE else 1)
-    return nodes * min(per_node, node_bandwidth)
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CheckpointSetup:
     """What the user chose; :func:`checkpoint_cost` turns it into times."""
@@ -137,15 +127,15 @@ def checkpoint_cost(setup: CheckpointSetup, job: Job, cluster: ClusterSpec) -> C
     node_bw = setup.node_storage_bandwidth or cluster.node.network_bandwidth
     s = job.strategy
     replica_nodes = max(1, math.ceil(s.tp * s.pp * s.cp / gpn))
-    all_write = state / tier_bandwidth(setup.storage, nodes, node_bw, True, gpn)
-    load = setup.load_time_s or state / tier_bandwidth(setup.storage, nodes, node_bw, False, gpn)
+    all_write = state / setup.storage.reach(nodes, gpn, True, node_bw)
+    load = setup.load_time_s or state / setup.storage.reach(nodes, gpn, False, node_bw)
     device_state = device_state_bytes(job)
-    host_bw = min(cluster.node.pcie_bandwidth, cluster.host_memory.write_bandwidth / gpn)
+    host_bw = min(cluster.node.pcie_bandwidth, cluster.per_device(cluster.host_memory, write=True))
     snapshot = device_state / host_bw
     policy = setup.policy
     if policy is CheckpointPolicy.SYNC:
-        pause = setup.save_time_s or state / tier_bandwidth(setup.storage, replica_nodes,
-                                                             node_bw, True, gpn)
+        one_replica = setup.storage.reach(replica_nodes, gpn, True, node_bw)
+        pause = setup.save_time_s or state / one_replica
         levels = (CheckpointLevel(every=1, background_s=0.0, load_s=load, durable=True),)
     elif policy is CheckpointPolicy.SHARDED:
         pause = setup.save_time_s or all_write

@@ -47,11 +47,10 @@ class Job:
     def recomputed_fraction(self) -> float:
         """Share of the layers that recompute (all, unless ``recompute_layers`` limits each
         model chunk to its first N)."""
-        n = self.strategy.recompute_layers
-        if not n:
+        if not self.strategy.recompute_layers:
             return 1.0
-        return sum(min(n, c) for c in chunk_layers(self.model.layers, self.strategy)) \
-            / self.model.layers
+        chunks = chunk_layers(self.model.layers, self.strategy)
+        return self.strategy.recomputed_layers(chunks) / self.model.layers
 
     def memory(self) -> tuple[StageMemory, ...]:
         return memory_per_stage(self.model, self.training, self.strategy)

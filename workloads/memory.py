@@ -174,7 +174,7 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
                            "recompute": Recompute.NONE})
         whole = layer_activation_bytes(model, training, kept)
         # Block recompute: the first recompute_layers of each chunk keep only their input.
-        recomputed = sum(1 for c in plan.chunk_layers for i in range(c) if st.recomputes(i))
+        recomputed = st.recomputed_layers(plan.chunk_layers)
         per_layer = (recomputed * per_layer + (plan.layers - recomputed) * whole) / plan.layers
         # The layer being recomputed holds its full activations during its backward.
         activations = inflight_layer_sets(plan, st, micro) * per_layer + whole

@@ -122,6 +122,10 @@ class Strategy:
         return self.recompute is Recompute.FULL and (
             not self.recompute_layers or position < self.recompute_layers)
 
+    def recomputed_layers(self, chunk_sizes) -> int:
+        """How many layers of chunks of these sizes recompute in full."""
+        return sum(1 for size in chunk_sizes for i in range(size) if self.recomputes(i))
+
     def to_dict(self) -> dict:
         return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep,
                 "sequence_parallel": self.sequence_parallel, "schedule": self.schedule.value,

@@ -70,11 +70,11 @@ class NetworkModel:
         the devices that stream to it at once), or memory-bound host work on offloaded
         optimizer states, which also streams them through the tier (ZeRO-Infinity)."""
         c, tier = self.cluster, self.cluster.offload_memory
-        host = c.per_device(c.host_memory, c.host_memory.read_bandwidth)
         if kind is CopyKind.HOST_COMPUTE:
-            return nbytes / min(host, c.per_device(tier, tier.read_bandwidth))
-        side = tier.read_bandwidth if kind is CopyKind.HOST_TO_DEVICE else tier.write_bandwidth
-        return 10e-6 + nbytes / min(c.node.pcie_bandwidth, c.per_device(tier, side))
+            return nbytes / min(c.per_device(c.host_memory, write=False),
+                                c.per_device(tier, write=False))
+        write = kind is CopyKind.DEVICE_TO_HOST
+        return 10e-6 + nbytes / min(c.node.pcie_bandwidth, c.per_device(tier, write))
 
 
 def bus_factor(kind: CollectiveKind, n: int) -> float:
