@@ -5,7 +5,8 @@ columns follow nccl-tests (doc/PERFORMANCE.md): algbw = size / time, busbw = alg
 collective's bus factor (all-reduce 2(n-1)/n, all-gather / reduce-scatter / all-to-all (n-1)/n).
 One group of ``--gpus`` ranks, packed onto nodes, runs alone on the fabric.
 ``--gpus-per-thread N`` is nccl-tests' ``-g N``: one thread launches N GPUs' kernels back to
-back, and small sizes then measure that host loop rather than the GPUs.
+back, and small sizes then measure that host loop rather than the GPUs; the Simple protocol of
+one process driving several GPUs also pays for NCCL's direct-pointer mode.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from hardware_specs import ClusterSpec, SpecError, load_catalog
 from hardware_specs.fields import parse_enum
 from hardware_specs.units import Quantity, parse
 from simulator.cost.collectives import (
-    COLL_CHANNELS, Algorithm, nccl_channels, single_thread_launch_s,
+    COLL_CHANNELS, SINGLE_PROCESS_SIMPLE_S, Algorithm, Protocol, nccl_channels,
+    single_thread_launch_s,
 )
 from simulator.cost.network import NetworkModel, bus_factor
 from workloads.trace import CollectiveKind
@@ -67,6 +69,8 @@ def measure(cluster: ClusterSpec, op: str, gpus: int, size: float,
         channels = COLL_CHANNELS.get(cluster.device.scale_up_generation, 16)
         if plan.algorithm is Algorithm.RING:
             channels = nccl_channels(plan.protocol, size, gpus, channels)
+        if plan.protocol is Protocol.SIMPLE:
+            t += SINGLE_PROCESS_SIMPLE_S
         t = max(t, single_thread_launch_s(gpus_per_thread, channels))
     algbw = size / t / 1e9
     return CollectiveRow(size, t, algbw, algbw * factor, plan.algorithm.value, plan.protocol.value)

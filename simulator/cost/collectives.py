@@ -85,6 +85,18 @@ LL_MAX_BUS_GBPS = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
 LL128_FRACTION = {True: 0.92, False: 0.7}
 ARCH_OF_SCALE_UP = {"nvlink2": "volta", "nvlink3": "ampere", "nvlink4": "hopper",
                     "nvlink5": "blackwell"}
+# Measured where NCCL's tables are optimistic, by scale-up generation (others keep NCCL's values).
+# Two nccl-tests all-reduce sweeps on 8x A100 with one process per GPU, outside the dev set
+# (analysis/data/collectives_a100_sweeps.csv: NCCL 2.16 on Azure, and a second machine), run up
+# to 22% slower from 8 to 64 MiB than NCCL's tuner table predicts, then close to it from
+# 256 MiB: a fixed cost the table puts too low. A chained Simple step on NVLink3 (two slice
+# hand-offs, each a fence, a flag and a poll across NVLink) takes 7 us rather than the table's
+# 3.4 (ring) or 4 (tree): 8.4 + 14 x 7 = 106 us of latency for a ring of 8 GPUs, against
+# intercepts of 59 and 121 us fitted to the two sweeps from 32 MiB. LL128 moves 0.76 of the link
+# (177 GB/s bus bandwidth between the 8 and 16 MiB rows) rather than the tuner's 0.92. With
+# both, every row of the two sweeps from 1 MiB is within 9%.
+SIMPLE_STEP_US = {"nvlink3": 7.0}
+LL128_NODE_FRACTION = {"nvlink3": 0.76}
 SINGLE_GPU_PER_NODE_EFFICIENCY = 0.75
 """A ring with one GPU per node drives its NIC alone (no PXN fan-in, two channels): nccl-tests
 across two NDm A100 v4 nodes with one GPU each reached 15.8-18.7 GB/s bus bandwidth on a
@@ -162,6 +174,14 @@ def nvls_chunk_bytes(nbytes: float, ranks: int) -> int:
 def nvls_loops(nbytes: float, ranks: int) -> int:
     """Iterations of every NVLS channel's loop over ``ranks`` heads x the chunk."""
     return math.ceil(nbytes / (NVLS_CHANNELS * ranks * nvls_chunk_bytes(nbytes, ranks)))
+
+
+SINGLE_PROCESS_SIMPLE_S = 70e-6
+"""Extra time of a Simple-protocol collective when one process drives all the GPUs (nccl-tests
+-g): NCCL then joins them with direct pointers, and Simple (LL and LL128 have no direct mode)
+reads and writes the peers' user buffers instead of its persistent FIFOs. Measured, not
+derived: the median gap between ``-g 8`` and one process per GPU on the same 8x A100 node over
+the Simple sizes, 32 MiB to 4 GiB (3 to 379 us; analysis/data/collectives_a100_sweeps.csv)."""
 
 
 def single_thread_launch_s(gpus_per_thread: int, channels: int) -> float:
@@ -265,7 +285,8 @@ class CollectivePlanner:
         node = self.cluster.node
         if node.collective_latency_s:
             return (1 + steps - inter) * node.collective_latency_s + inter * node.nic_latency_s
-        intra = HOP_LATENCY_US[self.intra_hop][algorithm][proto] * 1e-6
+        intra = (self._intra_hop_s(algorithm, proto) if steps > 1   # a chain of hand-offs
+                 else HOP_LATENCY_US[self.intra_hop][algorithm][proto] * 1e-6)
         if inter:
             # "Inter-node rings still have to launch nsteps * net overhead" (NCCL tuning.cc):
             # every step waits for the proxy thread's network post, three with Simple.
@@ -275,12 +296,21 @@ class CollectivePlanner:
                 + inter * HOP_LATENCY_US[Hop.NET][algorithm][proto]) * 1e-6 \
             + (steps - inter) * intra + inter * node.nic_latency_s
 
+    def _intra_hop_s(self, algorithm: Algorithm, proto: Protocol) -> float:
+        """One step of a ring or tree inside the node: NCCL's table, or the measured Simple
+        step on NVLink (a hand-off to the next step; a lone exchange keeps the table's)."""
+        table = HOP_LATENCY_US[self.intra_hop][algorithm][proto]
+        if self.intra_hop is Hop.NVLINK and proto is Protocol.SIMPLE \
+                and algorithm in (Algorithm.RING, Algorithm.TREE):
+            return SIMPLE_STEP_US.get(self.cluster.device.scale_up_generation, table) * 1e-6
+        return table * 1e-6
+
     def _tree_latency(self, proto: Protocol, per_node: int, nodes: int) -> float:
         """Double binary tree all-reduce (NCCL tuning.cc): up and down through the node's
         chain of GPUs and log2(nodes) network levels."""
         net = HOP_LATENCY_US[Hop.NET][Algorithm.TREE][proto] * 1e-6 + self.cluster.node.nic_latency_s
         return (BASE_LATENCY_US[Algorithm.TREE][proto] * 1e-6
-                + 2 * ((per_node - 1) * HOP_LATENCY_US[self.intra_hop][Algorithm.TREE][proto] * 1e-6
+                + 2 * ((per_node - 1) * self._intra_hop_s(Algorithm.TREE, proto)
                        + math.ceil(math.log2(nodes)) * net))
 
     def _chain_plan(self, proto: Protocol, n: int, nbytes: float) -> Plan:
@@ -296,6 +326,9 @@ class CollectivePlanner:
         if proto is Protocol.SIMPLE:
             return 1.0
         if proto is Protocol.LL128:
+            if nodes == 1 and self.intra_hop is Hop.NVLINK:
+                return LL128_NODE_FRACTION.get(self.cluster.device.scale_up_generation,
+                                               LL128_FRACTION[True])
             return LL128_FRACTION[per_node >= 2]
         arch = ARCH_OF_SCALE_UP.get(self.cluster.device.scale_up_generation, "ampere")
         cap = LL_MAX_BUS_GBPS[arch][0 if nodes == 1 else (1 if nodes == 2 else 2)] * 1e9
