@@ -285,8 +285,7 @@ class CollectivePlanner:
         node = self.cluster.node
         if node.collective_latency_s:
             return (1 + steps - inter) * node.collective_latency_s + inter * node.nic_latency_s
-        intra = (self._intra_hop_s(algorithm, proto) if steps > 1   # a chain of hand-offs
-                 else HOP_LATENCY_US[self.intra_hop][algorithm][proto] * 1e-6)
+        intra = self._intra_hop_s(algorithm, proto, chained=steps > 1)
         if inter:
             # "Inter-node rings still have to launch nsteps * net overhead" (NCCL tuning.cc):
             # every step waits for the proxy thread's network post, three with Simple.
@@ -296,12 +295,11 @@ class CollectivePlanner:
                 + inter * HOP_LATENCY_US[Hop.NET][algorithm][proto]) * 1e-6 \
             + (steps - inter) * intra + inter * node.nic_latency_s
 
-    def _intra_hop_s(self, algorithm: Algorithm, proto: Protocol) -> float:
-        """One step of a ring or tree inside the node: NCCL's table, or the measured Simple
-        step on NVLink (a hand-off to the next step; a lone exchange keeps the table's)."""
+    def _intra_hop_s(self, algorithm: Algorithm, proto: Protocol, chained: bool = True) -> float:
+        """One step inside the node: NCCL's table, or the measured Simple step on NVLink when
+        steps hand data on to each other (``chained``; a lone exchange keeps the table's)."""
         table = HOP_LATENCY_US[self.intra_hop][algorithm][proto]
-        if self.intra_hop is Hop.NVLINK and proto is Protocol.SIMPLE \
-                and algorithm in (Algorithm.RING, Algorithm.TREE):
+        if chained and self.intra_hop is Hop.NVLINK and proto is Protocol.SIMPLE:
             return SIMPLE_STEP_US.get(self.cluster.device.scale_up_generation, table) * 1e-6
         return table * 1e-6
 
