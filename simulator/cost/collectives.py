@@ -281,7 +281,8 @@ class CollectivePlanner:
         return hit
 
     # --- plans -------------------------------------------------------------------------------
-    def _latency(self, algorithm: Algorithm, proto: Protocol, steps: int, inter: int) -> float:
+    def _latency(self, algorithm: Algorithm, proto: Protocol, steps: int, inter: int,
+                 per_node: int) -> float:
         node = self.cluster.node
         if node.collective_latency_s:
             return (1 + steps - inter) * node.collective_latency_s + inter * node.nic_latency_s
@@ -290,9 +291,14 @@ class CollectivePlanner:
             # "Inter-node rings still have to launch nsteps * net overhead" (NCCL tuning.cc):
             # every step waits for the proxy thread's network post, three with Simple.
             intra = max(intra, node.net_post_overhead_s * (3 if proto is Protocol.SIMPLE else 1))
-        # NCCL adds the network's own latency (graph->latencyInter) to every network hop.
+        # NCCL adds the network's own latency (graph->latencyInter) to every network hop. With
+        # one GPU per node no NVLink step hides a network hop: "with ppn=1 latencies are fully
+        # exposed, use the Tree network latency" (tuning.cc, NCCL 2.23 on). Across two NDm A100
+        # v4 nodes with one GPU each, 1 KiB all-gather and all-reduce (LL) take 16.1 and 21.3 us
+        # (dev set): the ring's 2.7 us network hop would make them 12.1 and 17.5.
+        net_algorithm = Algorithm.TREE if per_node == 1 else algorithm
         return (BASE_LATENCY_US[algorithm][proto]
-                + inter * HOP_LATENCY_US[Hop.NET][algorithm][proto]) * 1e-6 \
+                + inter * HOP_LATENCY_US[Hop.NET][net_algorithm][proto]) * 1e-6 \
             + (steps - inter) * intra + inter * node.nic_latency_s
 
     def _intra_hop_s(self, algorithm: Algorithm, proto: Protocol, chained: bool = True) -> float:
@@ -346,7 +352,7 @@ class CollectivePlanner:
             # NCCL runs all-to-all as grouped send/recv: one Simple-protocol hop each way, and
             # the proxy thread posts a send and a receive for every peer in another node.
             remote = n - per_node
-            lat = (self._latency(Algorithm.RING, Protocol.SIMPLE, 1, 1 if multi else 0)
+            lat = (self._latency(Algorithm.RING, Protocol.SIMPLE, 1, 1 if multi else 0, per_node)
                    + 2 * remote * self.cluster.node.net_post_overhead_s)
             single = SINGLE_GPU_PER_NODE_EFFICIENCY if per_node == 1 else 1.0
             return [Plan(Algorithm.DIRECT, Protocol.SIMPLE, lat, volume / self.scale_up,
@@ -368,7 +374,8 @@ class CollectivePlanner:
             loads = tuple((l, u * volume / (eff * single)) for l, u in ring)
             reduce_eff = REDUCTION_EFFICIENCY if reducing else 1.0
             intra = volume / (self.scale_up * eff * reduce_eff) if per_node > 1 else 0.0
-            out.append(Plan(Algorithm.RING, proto, self._latency(Algorithm.RING, proto, steps, inter),
+            out.append(Plan(Algorithm.RING, proto, self._latency(Algorithm.RING, proto, steps, inter,
+                                                               per_node),
                             intra, loads))
             if kind is CollectiveKind.ALL_REDUCE and multi:
                 out.append(Plan(Algorithm.TREE, proto, self._tree_latency(proto, per_node, len(nodes)),
