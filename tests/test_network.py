@@ -313,3 +313,35 @@ def test_parallel_groups_crossing_an_oversubscribed_fabric_slow_each_other():
     # Rail-aligned: each group stays on its rail's leaf, so the 4:1 uplinks cost nothing.
     unblocked = _ep_step("moe_fabric_contention_rail.yaml", "rail-optimized-nonblocking")
     assert rail.step_time_s == pytest.approx(unblocked.step_time_s, rel=1e-9)
+
+
+MULTINODE = list(csv.DictReader((REPO / "analysis/data/collectives_multinode_sweeps.csv").open()))
+IB_RING = [r for r in MULTINODE if "gj-aion" in r["source"] and "2-node Ring" in r["source"]
+           and int(r["message_bytes"]) >= 64 * 2**20]
+
+
+@pytest.mark.parametrize("row", IB_RING, ids=lambda r: r["message_bytes"])
+def test_ring_across_two_h100_nodes_on_infiniband_within_15_percent_from_64_mib(catalog, row):
+    """NVIDIA/nccl-tests#309, 2x 8 H100 with 8x 400 Gb/s InfiniBand, NCCL_ALGO=Ring: 384 GB/s at
+    1 GiB against a 400 GB/s NIC limit. Outside the dev set."""
+    cluster = catalog.cluster(device="h100-sxm", num_devices=16)
+    predicted = measure(cluster, "all_reduce", 16, float(row["message_bytes"]), Algorithm.RING)
+    assert predicted.busbw_gbps == pytest.approx(float(row["busbw_gbps"]), rel=0.15)
+
+
+def test_a_ring_across_nodes_leaves_each_node_on_a_nic_not_nvlink(catalog):
+    # Each channel enters and leaves a node once: with 8 GPUs per node, 7 of every 8 hops of
+    # a GPU's ring traffic ride NVLink; inside one node all 8 do.
+    size = 2.0**30
+    two = catalog.cluster(device="h100-sxm", num_devices=16)
+    one = catalog.cluster(device="h100-sxm", num_devices=8)
+
+    def ring_intra(cluster, n):
+        plans = NetworkModel(cluster).planner.plans(CollectiveKind.ALL_GATHER, size,
+                                                      (tuple(range(n)),))
+        return next(p for p in plans if p.algorithm is Algorithm.RING
+                    and p.protocol.value == "Simple").intra_s
+
+    per_rank_volume = {16: 15 / 16 * size, 8: 7 / 8 * size}
+    assert ring_intra(two, 16) / per_rank_volume[16] == pytest.approx(
+        7 / 8 * ring_intra(one, 8) / per_rank_volume[8])

@@ -369,11 +369,15 @@ class CollectivePlanner:
         reducing = kind in (CollectiveKind.ALL_REDUCE, CollectiveKind.REDUCE_SCATTER)
         out = []
         single = SINGLE_GPU_PER_NODE_EFFICIENCY if per_node == 1 else 1.0
+        # A ring's hops inside a node ride NVLink; where it leaves a node, the hop takes a NIC
+        # instead. Each channel enters and leaves a node once, through different GPUs per
+        # channel, so a GPU sends (g-1)/g of its ring volume over NVLink with g per node.
+        nvlink_share = (per_node - 1) / per_node if multi else 1.0
         for proto in Protocol:
             eff = self._protocol_efficiency(proto, len(nodes), per_node)
             loads = tuple((l, u * volume / (eff * single)) for l, u in ring)
             reduce_eff = REDUCTION_EFFICIENCY if reducing else 1.0
-            intra = volume / (self.scale_up * eff * reduce_eff) if per_node > 1 else 0.0
+            intra = volume * nvlink_share / (self.scale_up * eff * reduce_eff)
             out.append(Plan(Algorithm.RING, proto, self._latency(Algorithm.RING, proto, steps, inter,
                                                                per_node),
                             intra, loads))
