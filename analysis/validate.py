@@ -59,6 +59,10 @@ class RowOutcome:
 
 FLASH_ATTENTION = (2022, 5, 14135)
 """FlashAttention (Dao et al., arXiv 2205.14135): runs before it used unfused attention."""
+FLASH_ATTENTION_3 = (2024, 7, 8608)
+"""FlashAttention-3 (Shah et al., arXiv 2407.08608): Hopper runs published after it use
+FlashAttention-3-class kernels (FA3; Transformer Engine's cuDNN fused attention; PyTorch 2.5's
+cuDNN SDPA backend, "up to 75% speed-up over FlashAttentionV2", on by default on H100)."""
 PYTORCH_FSDP = (2022, 3, 0)
 """PyTorch FSDP (1.11, March 2022): before it, ZeRO-3 meant DeepSpeed's implementation, which
 gathered each parameter tensor with its own collective and, in published runs (Narayanan et
@@ -85,6 +89,8 @@ def software_of(row: dict) -> dict:
     out = {}
     if date is not None and date < FLASH_ATTENTION:
         out["attention"] = "standard"
+    elif date is not None and date >= FLASH_ATTENTION_3:
+        out["attention"] = "flash3"
     if date is not None and date < PYTORCH_FSDP:
         out["zero3_granularity"] = "tensor"
         out["zero3_prefetch"] = "none"

@@ -35,6 +35,9 @@ class DeviceEfficiency:
     """Fraction of HBM bandwidth a streaming element-wise kernel reaches."""
     matmul_fp8: float = 0.0
     """As ``matmul`` for FP8 GEMMs (0: same as ``matmul``)."""
+    attention_fa3: float = 0.0
+    """Fraction of dense peak FlashAttention-3-class kernels sustain inside a training step
+    (measured in training, so no ``in_training`` factor applies; 0: the device has none)."""
     compute_slowdown_when_overlapped: float = 0.0
     """Extra fraction of time compute takes while a transfer of the same rank moves data: the
     same cores (gloo on a CPU) or SMs (NCCL kernels) do both. Calibration measures it."""
@@ -121,6 +124,7 @@ def read_device(f: Fields) -> DeviceSpec:
         attention=eff.number("attention", minimum=0.01, maximum=1.0),
         memory=eff.number("memory", minimum=0.01, maximum=1.0),
         matmul_fp8=eff.number("matmul_fp8", 0.0, minimum=0.0, maximum=1.0),
+        attention_fa3=eff.number("attention_fa3", 0.0, minimum=0.0, maximum=1.0),
         in_training=in_training,
         compute_slowdown_when_overlapped=eff.number("compute_slowdown_when_overlapped", 0.0,
                                                     minimum=0.0),

@@ -24,6 +24,9 @@ class OpClass(enum.Enum):
 
     MATMUL = "matmul"
     ATTENTION = "attention"
+    ATTENTION_FA3 = "attention_fa3"
+    """FlashAttention-3-class fused attention (Hopper's asynchronous warpgroup MMA and TMA):
+    its own efficiency; a device without one runs it as ``attention``."""
     ELEMENTWISE = "elementwise"
     OPTIMIZER = "optimizer"
     """One fused streaming pass over parameters, gradients and optimizer state; timed by bytes
@@ -35,6 +38,9 @@ class OpClass(enum.Enum):
     unless they have their own, but arithmetic-bound on CPUs (on the 2-core calibration host
     an erf GeLU ran at 1.1 G elements/s and a residual add at 4.5 G elements/s)."""
 
+
+ATTENTION_CLASSES = frozenset((OpClass.ATTENTION, OpClass.ATTENTION_FA3))
+"""Fused attention kernels: timed like GEMMs over query tiles, the key length as inner loop."""
 
 MEMORY_BOUND = frozenset((OpClass.ELEMENTWISE, OpClass.OPTIMIZER, OpClass.TRANSCENDENTAL))
 """Op classes timed by bytes moved (curve sizes in bytes), not by FLOPs."""

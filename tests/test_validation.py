@@ -30,7 +30,9 @@ def test_publication_dates(source, date):
 def test_software_era_follows_the_source_date():
     old = software_of({"source": "arXiv 2104.04473"})
     assert old == {"attention": "standard", "zero3_granularity": "tensor", "zero3_prefetch": "none"}
-    assert software_of({"source": "arXiv 2407.21783"}) == {}
+    assert software_of({"source": "mosaicml/llm-foundry, 2023"}) == {}
+    # After FlashAttention-3 (2407.08608): FA3-class kernels (cuDNN SDPA, TE, FA3).
+    assert software_of({"source": "arXiv 2407.21783"}) == {"attention": "flash3"}
     # Same month as FlashAttention (2205.14135), but before it.
     assert software_of({"source": "arXiv 2205.05198"})["attention"] == "standard"
     assert software_of({"source": "arXiv 2104.04473", "attention": "flash"})["attention"] == "flash"

@@ -17,6 +17,7 @@ import enum
 from dataclasses import dataclass
 
 from hardware_specs import Dtype, OpClass
+from hardware_specs.efficiency import ATTENTION_CLASSES
 from workloads.model import Mlp, Position, TransformerSpec
 from workloads.strategy import Recompute, Strategy
 from workloads.training import AttentionKernel, TrainingSpec
@@ -75,8 +76,8 @@ def _backward_of(kernels: tuple[Kernel, ...], elem: float) -> tuple[Kernel, ...]
         if k.op_class is OpClass.MATMUL:
             out.append(_gemm(f"{k.name}.dgrad", k.m, k.k, k.n, elem, k.dtype, k.batch))
             out.append(_gemm(f"{k.name}.wgrad", k.k, k.n, k.m, elem, k.dtype, k.batch))
-        elif k.op_class is OpClass.ATTENTION:
-            out.append(Kernel(f"{k.name}.bwd", OpClass.ATTENTION, 2.5 * k.flops, 2.0 * k.bytes,
+        elif k.op_class in ATTENTION_CLASSES:
+            out.append(Kernel(f"{k.name}.bwd", k.op_class, 2.5 * k.flops, 2.0 * k.bytes,
                               k.m, k.n, k.k, k.batch, k.dtype))
         else:
             out.append(Kernel(f"{k.name}.bwd", k.op_class, 2.0 * k.flops, 1.5 * k.bytes))
@@ -104,12 +105,14 @@ class LayerOps:
         heads = m.heads // s.tp
         s_q = t.seq_len // s.cp
         b = t.micro_batch
-        if t.attention is AttentionKernel.FLASH:
+        if t.attention.fused:
             # Causal: the local query block attends to about half of all keys (load-balanced CP).
             flops = 4.0 * b * s_q * t.seq_len * m.head_dim * heads * 0.5
             traffic = (2 * self.tokens * heads * m.head_dim
                        + 2 * self.tokens * max(1, m.kv_heads // s.tp) * m.head_dim) * self.elem
-            return (Kernel("flash_attn", OpClass.ATTENTION, flops, traffic, s_q, t.seq_len,
+            kind = (OpClass.ATTENTION_FA3 if t.attention is AttentionKernel.FLASH3
+                    else OpClass.ATTENTION)
+            return (Kernel("flash_attn", kind, flops, traffic, s_q, t.seq_len,
                            m.head_dim, b * heads, self.dtype),)
         scores = float(b * heads * s_q * t.seq_len)
         mask_passes = 3.0 if m.dropout else 0.0  # write mask (1 B ~ half elem), apply: read+write

@@ -97,7 +97,7 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
     if t.attention is AttentionKernel.STANDARD and st.recompute is Recompute.NONE:
         scores = per * m.heads * t.seq_len    # b a s_local s
         core = scores * (e + (mask + e if m.dropout else 0.0))  # softmax out, mask, dropout out
-    elif t.attention is AttentionKernel.FLASH:
+    elif t.attention.fused:
         core = 4.0 * per * m.heads            # FP32 log-sum-exp per query and head
     return replicated / (tp if sp else 1) + (split + core) / tp
 

@@ -49,6 +49,13 @@ class AttentionKernel(enum.Enum):
     """Fused attention (FlashAttention): no s x s matrix in memory, causal blocks skipped."""
     STANDARD = "standard"
     """Unfused softmax(QK^T)V: stores the score matrix (Korthikanti's 5as/h term)."""
+    FLASH3 = "flash3"
+    """FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608) or Transformer Engine's cuDNN fused
+    attention on Hopper: FlashAttention's memory, a faster kernel where the device has one."""
+
+    @property
+    def fused(self) -> bool:
+        return self is not AttentionKernel.STANDARD
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

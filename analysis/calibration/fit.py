@@ -394,7 +394,7 @@ def profile_yaml(profile: Profile) -> str:
         "fit`.\n"
         f"# Measured on {p.get('device', '?')} ({p.get('driver', '?')}), torch "
         f"{p.get('torch', '?')}, {p.get('nccl', p.get('gloo', ''))}, {p.get('date', '?')}.\n"
-        f"# Curves: {', '.join(f'{op.value} from {k} kernels' for op, k in profile.points.items())}."
+        f"# Curves: {', '.join(f'{op.value} from {k} kernels' for op, k in profile.points.items() if k)}."
         "\n# Use it with --catalog THIS_FILE (device and node are both named "
         f"{profile.device.name!r}).\n")
     return header + yaml.safe_dump(profile_document(profile), sort_keys=False, width=100)

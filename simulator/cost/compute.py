@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 from hardware_specs import DeviceSpec, Dtype, OpClass
-from hardware_specs.efficiency import MEMORY_BOUND, for_class
+from hardware_specs.efficiency import ATTENTION_CLASSES, MEMORY_BOUND, for_class
 from workloads.layer_ops import Kernel
 from workloads.trace import ComputeOp
 
@@ -66,21 +66,30 @@ class ComputeModel:
 
     def efficiency(self, k: Kernel) -> float:
         """Fraction of peak (compute ops) or of HBM bandwidth (element-wise) in training."""
-        factor = for_class(self.device.efficiency.in_training, k.op_class)
-        return self._isolated(k) * (1.0 if factor is None else factor)
+        op = self._runs_as(k.op_class)
+        factor = for_class(self.device.efficiency.in_training, op)
+        return self._isolated(k, op) * (1.0 if factor is None else factor)
 
-    def _isolated(self, k: Kernel) -> float:
+    def _runs_as(self, op: OpClass) -> OpClass:
+        """FlashAttention-3-class kernels exist on Hopper only: elsewhere the software runs
+        FlashAttention-2 (its efficiency, its in-training factor)."""
+        if op is OpClass.ATTENTION_FA3 and not self.device.efficiency.attention_fa3:
+            return OpClass.ATTENTION
+        return op
+
+    def _isolated(self, k: Kernel, op: OpClass) -> float:
         eff = self.device.efficiency
-        curve = for_class(eff.curves, k.op_class)
+        curve = for_class(eff.curves, op)
         if curve is not None:
-            return curve(k.bytes if k.op_class in MEMORY_BOUND else k.flops)
+            return curve(k.bytes if op in MEMORY_BOUND else k.flops)
         sms = self.device.compute_units
-        if k.op_class is OpClass.MATMUL:
+        if op is OpClass.MATMUL:
             ceiling = eff.matmul_fp8 if k.dtype is Dtype.FP8 and eff.matmul_fp8 else eff.matmul
             return ceiling * shape_factor(k.m, k.n, k.k, k.batch, sms, K_LOOP_OVERHEAD)
-        if k.op_class is OpClass.ATTENTION:
+        if op in ATTENTION_CLASSES:
             # Query tiles of 128 over batch x heads; the key length is the inner loop.
-            return eff.attention * shape_factor(k.m, 128, k.n, k.batch, sms, ATTENTION_KEY_OVERHEAD)
+            ceiling = eff.attention_fa3 if op is OpClass.ATTENTION_FA3 else eff.attention
+            return ceiling * shape_factor(k.m, 128, k.n, k.batch, sms, ATTENTION_KEY_OVERHEAD)
         return eff.memory
 
     def kernel_time(self, k: Kernel) -> float:
