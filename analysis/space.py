@@ -166,6 +166,12 @@ def _schedules(space: SweepSpace) -> list[tuple[Schedule, int]]:
     return out
 
 
+def overlaps(base: Strategy, sequence_parallel: bool, zero: int) -> dict[str, bool]:
+    """The config's Megatron-Core overlaps, where a candidate can have them."""
+    return {"tp_comm_overlap": base.tp_comm_overlap and sequence_parallel,
+            "overlap_param_gather": base.overlap_param_gather and 1 <= zero <= 2}
+
+
 def block_layers(base: Strategy, recompute: Recompute) -> int:
     """The config's ``recompute_layers`` where full recompute is tried, 0 elsewhere."""
     return base.recompute_layers if recompute is Recompute.FULL else 0
@@ -188,7 +194,8 @@ def layouts(base: Job, world: int, space: SweepSpace) -> Iterator[Job]:
                 strategy = replace(base.strategy, tp=tp, pp=pp, dp=dp, cp=cp,
                                    sequence_parallel=sp, schedule=schedule, virtual_stages=v,
                                    recompute=rc, zero=zero, offload=offload, layers_per_stage=(),
-                                   recompute_layers=block_layers(base.strategy, rc))
+                                   recompute_layers=block_layers(base.strategy, rc),
+                                   **overlaps(base.strategy, sp, zero))
                 training = replace(base.training, micro_batch=mb)
                 yield Job(base.model, training, strategy)
 

@@ -3,7 +3,9 @@
 The CSV schema (one row per real run): id, source, model_name, layers, hidden, ffn_hidden, heads,
 kv_heads, vocab, mlp, seq_len, global_batch, micro_batch, gpu, num_gpus, gpus_per_node, tp, pp,
 dp, cp, ep, sequence_parallel, zero, recompute, virtual_stages, precision, measured_step_time_s,
-step_time_basis, measured_peak_memory_gib, notes. An empty micro_batch means 1. Rows whose
+step_time_basis, measured_peak_memory_gib, notes; optional: recompute_layers, attention,
+zero3_granularity, zero3_prefetch, tp_comm_overlap, overlap_param_gather (absent: the software of
+the source's date, see ``software_of``; overlaps off). An empty micro_batch means 1. Rows whose
 config does not fit in memory are reported apart; rows that cannot be mapped (unknown GPU, an
 impossible strategy) are listed with the reason.
 """
@@ -152,6 +154,8 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "tp": _int(row, "tp"), "pp": _int(row, "pp"), "dp": _int(row, "dp"),
         "cp": _int(row, "cp", 1), "ep": _int(row, "ep", 1),
         "sequence_parallel": _cell(row, "sequence_parallel", "false").lower() == "true",
+        "tp_comm_overlap": _cell(row, "tp_comm_overlap", "false").lower() == "true",
+        "overlap_param_gather": _cell(row, "overlap_param_gather", "false").lower() == "true",
         "zero": _int(row, "zero", 0), "recompute": _cell(row, "recompute", "none"),
         "recompute_layers": _int(row, "recompute_layers", 0),
         "virtual_stages": v, "schedule": "interleaved" if v > 1 else "1f1b",

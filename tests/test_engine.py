@@ -230,3 +230,48 @@ def test_flash3_changes_the_kernel_not_the_memory(catalog):
     assert _run(fa3, h100).step_time_s < _run(job, h100).step_time_s
     a100 = catalog.cluster(device="a100-80gb", num_devices=2)
     assert _run(fa3, a100).step_time_s == _run(job, a100).step_time_s
+
+
+def _collective_bytes(trace, group, kind=None):
+    return sum(op.bytes for prog in trace.programs for op in prog.ops
+               if getattr(op, "group", None) == group and (kind is None or op.kind is kind))
+
+
+def test_tp_comm_overlap_streams_the_tensor_parallel_collectives_beside_the_gemms(catalog):
+    """Megatron-Core's --tp-comm-overlap: the same bytes move, but only a first and a last
+    chunk of each all-gather / reduce-scatter wait; the rest runs beside the GEMMs."""
+    base = tiny_job(Strategy(tp=4, sequence_parallel=True), seq_len=4096, **WIDE)
+    over = replace(base, strategy=replace(base.strategy, tp_comm_overlap=True))
+    cluster = catalog.cluster(device="h100-sxm", num_devices=4)
+    assert _collective_bytes(build_trace(over), "tp") == pytest.approx(
+        _collective_bytes(build_trace(base), "tp"))
+    plain, overlapped = _run(base, cluster), _run(over, cluster)
+    assert overlapped.breakdown.exposed_comm_s["tp"] < 0.5 * plain.breakdown.exposed_comm_s["tp"]
+    assert overlapped.step_time_s < plain.step_time_s
+    assert overlapped.step_time_s >= overlapped.breakdown.compute_s
+
+
+def test_overlap_param_gather_moves_the_gather_into_the_next_forward(catalog):
+    from workloads.trace import CollectiveKind
+    base = tiny_job(Strategy(dp=8, zero=1), global_batch=32, seq_len=2048, **WIDE)
+    over = replace(base, strategy=replace(base.strategy, overlap_param_gather=True))
+    gathered = {job: _collective_bytes(build_trace(job), "dp", CollectiveKind.ALL_GATHER)
+                for job in (base, over)}
+    assert gathered[over] == pytest.approx(gathered[base])
+    cluster = catalog.cluster(device="h100-sxm", num_devices=16, devices_per_node=2)
+    plain, overlapped = _run(base, cluster), _run(over, cluster)
+    assert overlapped.breakdown.exposed_comm_s["dp"] < plain.breakdown.exposed_comm_s["dp"]
+    assert overlapped.step_time_s < plain.step_time_s
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"tp": 2, "tp_comm_overlap": True}, "strategy.tp_comm_overlap: needs sequence_parallel"),
+    ({"dp": 2, "overlap_param_gather": True}, "strategy.overlap_param_gather: needs the "
+                                              "distributed optimizer (zero 1 or 2), got zero 0"),
+])
+def test_overlaps_without_what_they_need_are_errors(fields, message):
+    from workloads.strategy import check_strategy, strategy_from_mapping
+    job = tiny_job(Strategy(), **WIDE)
+    with pytest.raises(SpecError) as err:
+        check_strategy(strategy_from_mapping(fields), job.model, job.training)
+    assert str(err.value).startswith(message)

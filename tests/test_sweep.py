@@ -246,3 +246,17 @@ def test_progress_bar_only_when_asked_or_on_a_terminal(tmp_path):
                        "--progress")
     assert "%|" in shown.stderr
 
+
+
+def test_a_sweep_keeps_the_configs_overlaps_where_a_candidate_can_have_them():
+    data = {**TINY, "strategy": {**TINY["strategy"], "sequence_parallel": True, "zero": 1,
+                                 "tp_comm_overlap": True, "overlap_param_gather": True},
+            "sweep": {**TINY["sweep"], "sequence_parallel": [True, False], "zero": [0, 1]}}
+    cfg = config_from_mapping(data)
+    cands = enumerate_space(cfg.job, 8, 80 * 2**30, space_from_mapping(data["sweep"]))
+    for c in cands:
+        s = c.job.strategy
+        assert s.tp_comm_overlap == s.sequence_parallel
+        assert s.overlap_param_gather == (s.zero == 1)
+    assert not any("overlap" in c.reason for c in cands)
+    assert any(c.status is Status.SIMULATE and c.job.strategy.tp_comm_overlap for c in cands)

@@ -7,7 +7,8 @@ ops. What each op is, and where communication sits:
   projection and after fc2 in forward, and one per block in backward; with sequence parallelism
   (Korthikanti et al. 2022) each becomes an all-gather before and a reduce-scatter after the
   block, and backward re-gathers the input for the weight gradient. Full recompute repeats the
-  forward's communication.
+  forward's communication. With ``tp_comm_overlap`` (Megatron-Core/Transformer Engine) those
+  gathers and reduce-scatters stream in chunks beside the GEMMs that consume and produce them.
 - Context parallel (ring attention, Liu et al. 2023): cp - 1 exchanges of the local K/V block
   with ring neighbours, each overlapped with the attention of the block already present;
   backward also passes dK/dV. GQA makes the blocks smaller.
@@ -16,7 +17,8 @@ ops. What each op is, and where communication sits:
   ranks (Megatron's scatter/gather optimisation, SC'21 sec. 4.1).
 - Data parallel / ZeRO (Rajbhandari et al. SC'20): gradients reduced per layer bucket during the
   last micro-batch's backward (all-reduce for ZeRO-0, reduce-scatter for 1-2), parameters
-  all-gathered after the optimizer (ZeRO-1/2); ZeRO-3 gathers each layer's parameters before its
+  all-gathered after the optimizer (ZeRO-1/2; with ``overlap_param_gather``, layer by layer
+  before each layer's first forward); ZeRO-3 gathers each layer's parameters before its
   forward and backward (one layer prefetched) and reduce-scatters its gradients every micro-batch.
 """
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from hardware_specs import SpecError
+from hardware_specs import OpClass, SpecError
 from workloads.job import Job
 from workloads.layer_ops import Kernel, LayerOps, Pass
 from workloads.layout import Axis, ParallelLayout
@@ -107,6 +109,8 @@ class _StageBuilder:
             for n in self.m.layer_tensors())
         self.grad_reduce_ops: list[int] = []
         self.gather_ops: dict[tuple[Pass, int, int], int] = {}
+        self.param_gathers: set[int] = set()
+        """Layers whose updated parameters the step has gathered (``overlap_param_gather``)."""
         self.activation_bytes = self.ops.tokens * self.m.hidden * self.elem
 
     # --- helpers ---------------------------------------------------------------------
@@ -119,6 +123,9 @@ class _StageBuilder:
         """A block (attention or MLP) with its tensor-parallel communication around it."""
         e, s = self.e, self.s
         nbytes = self.activation_bytes
+        gemms = [i for i, k in enumerate(kernels) if k.op_class is OpClass.MATMUL]
+        if s.tp_comm_overlap and s.tp > 1 and s.sequence_parallel and gemms:
+            return self._tp_block_overlapped(name, phase, kernels, deps, gemms[0], gemms[-1])
         if s.tp > 1 and s.sequence_parallel:
             gather = e.collective(f"{name}.tp_all_gather", CollectiveKind.ALL_GATHER, nbytes,
                                   "tp", Stream.TP, deps=deps or e.after_compute())
@@ -129,6 +136,35 @@ class _StageBuilder:
             reduce = e.collective(f"{name}.tp_{kind.value}", kind, nbytes, "tp", Stream.TP, (op,))
             return reduce
         return op
+
+    def _tp_block_overlapped(self, name: str, phase: Phase, kernels: tuple[Kernel, ...],
+                             deps: tuple[int, ...], first: int, last: int) -> int:
+        """Megatron-Core's ``--tp-comm-overlap`` (Transformer Engine userbuffers): the
+        all-gather feeding the block's first GEMM and the reduce-scatter of its last one move
+        in tp chunks around the ring while the GEMM works on the chunks already there. Only
+        the first gathered chunk and the last reduced one wait; the rest of each collective
+        runs beside its GEMM."""
+        e, s = self.e, self.s
+        nbytes, chunk = self.activation_bytes, self.activation_bytes / s.tp
+        gather = e.collective(f"{name}.tp_all_gather.first_chunk", CollectiveKind.ALL_GATHER,
+                              chunk, "tp", Stream.TP, deps or e.after_compute())
+        streamed = e.collective(f"{name}.tp_all_gather.overlapped", CollectiveKind.ALL_GATHER,
+                                nbytes - chunk, "tp", Stream.TP, (gather,))
+        op = e.compute(f"{name}.gemm_in", phase, kernels[:first + 1], deps + (gather,))
+        if first < last:
+            if first + 1 < last:
+                op = e.compute(name, phase, kernels[first + 1:last], (op, streamed))
+            ready = (op, streamed)
+            reduced = e.collective(f"{name}.tp_reduce_scatter.overlapped",
+                                   CollectiveKind.REDUCE_SCATTER, nbytes - chunk, "tp",
+                                   Stream.TP, ready)
+            op = e.compute(f"{name}.gemm_out", phase, kernels[last:], ready)
+        else:   # one GEMM both gathers and reduces: its chunks stream both ways
+            reduced = e.collective(f"{name}.tp_reduce_scatter.overlapped",
+                                   CollectiveKind.REDUCE_SCATTER, nbytes - chunk, "tp",
+                                   Stream.TP, (op, streamed))
+        return e.collective(f"{name}.tp_reduce_scatter.last_chunk", CollectiveKind.REDUCE_SCATTER,
+                            chunk, "tp", Stream.TP, (op, reduced))
 
     def _ep_block(self, name: str, phase: Phase, kernels: tuple[Kernel, ...],
                   deps: tuple[int, ...]) -> int:
@@ -230,9 +266,30 @@ class _StageBuilder:
         if self.zero3 and (phase is Phase.FORWARD or regather):
             kind = Pass.FORWARD if phase is Phase.FORWARD else Pass.RECOMPUTE
             deps = deps + (self._zero3_gather(kind, micro, layer, layers),)
+        if phase is Phase.FORWARD and self._gathers_params_in_forward:
+            deps = deps + self._param_gather(layer)
         tag = f"{'fwd' if phase is Phase.FORWARD else 'recompute'}{micro}.layer{layer}"
         attn = self._attention(f"{tag}.attn", phase, fwd.attention, deps, backward=False)
         return self._ep_block(f"{tag}.mlp", phase, fwd.mlp, (attn,))
+
+    @property
+    def _gathers_params_in_forward(self) -> bool:
+        s = self.s
+        return s.overlap_param_gather and 1 <= s.zero <= 2 and s.dp * s.cp > 1
+
+    def _param_gather(self, layer: int) -> tuple[int, ...]:
+        """The all-gather of one layer's updated parameters before its first forward of the
+        step (the first one also brings the embedding and LM-head tables). Nothing waits for
+        the others, so each one runs while the layers before it compute."""
+        if layer in self.param_gathers:
+            return ()
+        dense, expert = stage_params(self.m, self.s, self.plan)
+        layers = sum(len(chunk) for chunk in self.chunk_layers())
+        root = len(self._root_tables()) * self.m.vocab * self.m.hidden / self.s.tp
+        nbytes = (dense + expert - root) / layers + (0.0 if self.param_gathers else root)
+        self.param_gathers.add(layer)
+        return (self.e.collective(f"layer{layer}.dp_param_all_gather", CollectiveKind.ALL_GATHER,
+                                  nbytes * self.elem, "dp", Stream.DP),)
 
     def layer_backward(self, micro: int, layer: int, layers: list[int], deps: tuple[int, ...],
                        last_micro: bool) -> int:
@@ -415,7 +472,7 @@ class _StageBuilder:
             host = e.copy("host_adam", CopyKind.HOST_COMPUTE,
                           self.ops.optimizer_step(local)[0].bytes, (grads,))
             step = e.copy("params_h2d", CopyKind.HOST_TO_DEVICE, local * 2.0, (host,))
-        if 1 <= s.zero <= 2 and s.dp * s.cp > 1:
+        if 1 <= s.zero <= 2 and s.dp * s.cp > 1 and not self._gathers_params_in_forward:
             e.collective("dp_param_all_gather", CollectiveKind.ALL_GATHER,
                          (dense + expert) * self.elem, "dp", Stream.DP, (step,))
 

@@ -107,6 +107,14 @@ class Strategy:
     """Explicit layers per model chunk (pp x virtual_stages entries); empty: automatic."""
     zero3_granularity: Zero3Granularity = Zero3Granularity.LAYER
     zero3_prefetch: Zero3Prefetch = Zero3Prefetch.ALL
+    overlap_param_gather: bool = False
+    """Megatron-Core's ``--overlap-param-gather`` (distributed optimizer, ZeRO-1/2): updated
+    parameters are all-gathered layer by layer as the next step's forward reaches them, not
+    all at once after the optimizer step."""
+    tp_comm_overlap: bool = False
+    """Megatron-Core's ``--tp-comm-overlap`` (Transformer Engine userbuffers; needs sequence
+    parallelism): tensor-parallel all-gathers and reduce-scatters stream in tp chunks beside the
+    GEMMs that consume and produce them."""
 
     @property
     def world_size(self) -> int:
@@ -133,7 +141,9 @@ class Strategy:
                 "recompute_layers": self.recompute_layers, "zero": self.zero, "offload": self.offload.value, "offload_tier": self.offload_tier,
                 "layers_per_stage": list(self.layers_per_stage),
                 "zero3_granularity": self.zero3_granularity.value,
-                "zero3_prefetch": self.zero3_prefetch.value}
+                "zero3_prefetch": self.zero3_prefetch.value,
+                "overlap_param_gather": self.overlap_param_gather,
+                "tp_comm_overlap": self.tp_comm_overlap}
 
 
 def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
@@ -156,6 +166,8 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
         layers_per_stage=layers,
         zero3_granularity=f.choice("zero3_granularity", Zero3Granularity, Zero3Granularity.LAYER),
         zero3_prefetch=_prefetch(f),
+        overlap_param_gather=f.boolean("overlap_param_gather", False),
+        tp_comm_overlap=f.boolean("tp_comm_overlap", False),
     )
     f.done()
     return spec
@@ -184,6 +196,11 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
                         f"but cluster.num_gpus = {world_size}")
     if s.sequence_parallel and s.tp == 1:
         raise SpecError(f"{path}.sequence_parallel", "needs tp > 1")
+    if s.tp_comm_overlap and not s.sequence_parallel:
+        raise SpecError(f"{path}.tp_comm_overlap", "needs sequence_parallel: true (and tp > 1)")
+    if s.overlap_param_gather and not 1 <= s.zero <= 2:
+        raise SpecError(f"{path}.overlap_param_gather",
+                        f"needs the distributed optimizer (zero 1 or 2), got zero {s.zero}")
     if s.recompute_layers and s.recompute is not Recompute.FULL:
         raise SpecError(f"{path}.recompute_layers", f"{s.recompute_layers} needs recompute: full")
     if s.offload_tier and s.offload is Offload.NONE:
