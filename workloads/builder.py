@@ -111,6 +111,8 @@ class _StageBuilder:
         self.gather_ops: dict[tuple[Pass, int, int], int] = {}
         self.param_gathers: set[int] = set()
         """Layers whose updated parameters the step has gathered (``overlap_param_gather``)."""
+        self.layer_gather_params = 0.0
+        """Parameters of one layer's gather (the stage's, less its vocabulary tables, per layer)."""
         self.activation_bytes = self.ops.tokens * self.m.hidden * self.elem
 
     # --- helpers ---------------------------------------------------------------------
@@ -151,18 +153,17 @@ class _StageBuilder:
         streamed = e.collective(f"{name}.tp_all_gather.overlapped", CollectiveKind.ALL_GATHER,
                                 nbytes - chunk, "tp", Stream.TP, (gather,))
         op = e.compute(f"{name}.gemm_in", phase, kernels[:first + 1], deps + (gather,))
-        if first < last:
-            if first + 1 < last:
-                op = e.compute(name, phase, kernels[first + 1:last], (op, streamed))
-            ready = (op, streamed)
-            reduced = e.collective(f"{name}.tp_reduce_scatter.overlapped",
-                                   CollectiveKind.REDUCE_SCATTER, nbytes - chunk, "tp",
-                                   Stream.TP, ready)
-            op = e.compute(f"{name}.gemm_out", phase, kernels[last:], ready)
-        else:   # one GEMM both gathers and reduces: its chunks stream both ways
-            reduced = e.collective(f"{name}.tp_reduce_scatter.overlapped",
-                                   CollectiveKind.REDUCE_SCATTER, nbytes - chunk, "tp",
-                                   Stream.TP, (op, streamed))
+        if first + 1 < last:
+            op = e.compute(name, phase, kernels[first + 1:last], (op, streamed))
+        ready = (op, streamed)
+        reduced = e.collective(f"{name}.tp_reduce_scatter.overlapped",
+                               CollectiveKind.REDUCE_SCATTER, nbytes - chunk, "tp", Stream.TP,
+                               ready)
+        # The last GEMM (and what follows it in the block) runs beside the reduce-scatter; one
+        # GEMM that both gathers and reduces streams its chunks both ways.
+        rest = kernels[last:] if first < last else kernels[last + 1:]
+        if rest:
+            op = e.compute(f"{name}.gemm_out", phase, rest, ready)
         return e.collective(f"{name}.tp_reduce_scatter.last_chunk", CollectiveKind.REDUCE_SCATTER,
                             chunk, "tp", Stream.TP, (op, reduced))
 
@@ -283,10 +284,12 @@ class _StageBuilder:
         the others, so each one runs while the layers before it compute."""
         if layer in self.param_gathers:
             return ()
-        dense, expert = stage_params(self.m, self.s, self.plan)
-        layers = sum(len(chunk) for chunk in self.chunk_layers())
         root = len(self._root_tables()) * self.m.vocab * self.m.hidden / self.s.tp
-        nbytes = (dense + expert - root) / layers + (0.0 if self.param_gathers else root)
+        if not self.param_gathers:
+            dense, expert = stage_params(self.m, self.s, self.plan)
+            layers = sum(len(chunk) for chunk in self.chunk_layers())
+            self.layer_gather_params = (dense + expert - root) / layers
+        nbytes = self.layer_gather_params + (0.0 if self.param_gathers else root)
         self.param_gathers.add(layer)
         return (self.e.collective(f"layer{layer}.dp_param_all_gather", CollectiveKind.ALL_GATHER,
                                   nbytes * self.elem, "dp", Stream.DP),)
