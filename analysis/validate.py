@@ -153,9 +153,8 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
     strategy = strategy_from_mapping({
         "tp": _int(row, "tp"), "pp": _int(row, "pp"), "dp": _int(row, "dp"),
         "cp": _int(row, "cp", 1), "ep": _int(row, "ep", 1),
-        "sequence_parallel": _cell(row, "sequence_parallel", "false").lower() == "true",
-        "tp_comm_overlap": _cell(row, "tp_comm_overlap", "false").lower() == "true",
-        "overlap_param_gather": _cell(row, "overlap_param_gather", "false").lower() == "true",
+        **{flag: _cell(row, flag, "false")
+           for flag in ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather")},
         "zero": _int(row, "zero", 0), "recompute": _cell(row, "recompute", "none"),
         "recompute_layers": _int(row, "recompute_layers", 0),
         "virtual_stages": v, "schedule": "interleaved" if v > 1 else "1f1b",

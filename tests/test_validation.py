@@ -55,3 +55,11 @@ def test_torchtitan_fsdp2_runs_outside_the_dev_set_within_ten_percent(catalog):
     assert len(outcomes) == 4
     for o in outcomes:
         assert abs(o.error) <= 0.10, o
+
+
+def test_a_flag_column_that_is_not_true_or_false_names_the_field(catalog):
+    from hardware_specs import SpecError
+    from analysis.validate import row_config
+    row = next(csv.DictReader(open(RUNS)))
+    with pytest.raises(SpecError, match="strategy.tp_comm_overlap: expected true or false"):
+        row_config(dict(row, tp_comm_overlap="yes"), catalog)

@@ -125,9 +125,10 @@ class _StageBuilder:
         """A block (attention or MLP) with its tensor-parallel communication around it."""
         e, s = self.e, self.s
         nbytes = self.activation_bytes
-        gemms = [i for i, k in enumerate(kernels) if k.op_class is OpClass.MATMUL]
-        if s.tp_comm_overlap and s.tp > 1 and s.sequence_parallel and gemms:
-            return self._tp_block_overlapped(name, phase, kernels, deps, gemms[0], gemms[-1])
+        if s.tp_comm_overlap and s.tp > 1 and s.sequence_parallel:
+            gemms = [i for i, k in enumerate(kernels) if k.op_class is OpClass.MATMUL]
+            if gemms:
+                return self._tp_block_overlapped(name, phase, kernels, deps, gemms[0], gemms[-1])
         if s.tp > 1 and s.sequence_parallel:
             gather = e.collective(f"{name}.tp_all_gather", CollectiveKind.ALL_GATHER, nbytes,
                                   "tp", Stream.TP, deps=deps or e.after_compute())
@@ -267,16 +268,16 @@ class _StageBuilder:
         if self.zero3 and (phase is Phase.FORWARD or regather):
             kind = Pass.FORWARD if phase is Phase.FORWARD else Pass.RECOMPUTE
             deps = deps + (self._zero3_gather(kind, micro, layer, layers),)
-        if phase is Phase.FORWARD and self._gathers_params_in_forward:
+        if phase is Phase.FORWARD and self._gathers_params and self.s.overlap_param_gather:
             deps = deps + self._param_gather(layer)
         tag = f"{'fwd' if phase is Phase.FORWARD else 'recompute'}{micro}.layer{layer}"
         attn = self._attention(f"{tag}.attn", phase, fwd.attention, deps, backward=False)
         return self._ep_block(f"{tag}.mlp", phase, fwd.mlp, (attn,))
 
     @property
-    def _gathers_params_in_forward(self) -> bool:
-        s = self.s
-        return s.overlap_param_gather and 1 <= s.zero <= 2 and s.dp * s.cp > 1
+    def _gathers_params(self) -> bool:
+        """ZeRO-1/2 with data parallelism: every step all-gathers the updated parameters."""
+        return 1 <= self.s.zero <= 2 and self.s.dp * self.s.cp > 1
 
     def _param_gather(self, layer: int) -> tuple[int, ...]:
         """The all-gather of one layer's updated parameters before its first forward of the
@@ -475,7 +476,7 @@ class _StageBuilder:
             host = e.copy("host_adam", CopyKind.HOST_COMPUTE,
                           self.ops.optimizer_step(local)[0].bytes, (grads,))
             step = e.copy("params_h2d", CopyKind.HOST_TO_DEVICE, local * 2.0, (host,))
-        if 1 <= s.zero <= 2 and s.dp * s.cp > 1 and not self._gathers_params_in_forward:
+        if self._gathers_params and not s.overlap_param_gather:
             e.collective("dp_param_all_gather", CollectiveKind.ALL_GATHER,
                          (dense + expert) * self.elem, "dp", Stream.DP, (step,))
 

@@ -18,7 +18,7 @@ Sources:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from workloads.model import Mlp, TransformerSpec
 from workloads.stages import StagePlan, stage_plans
@@ -170,8 +170,7 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
     per_layer = layer_activation_bytes(model, training, st)
     sbh = _sbh(model, training, st)
     if st.recompute is Recompute.FULL:
-        kept = Strategy(**{**{f.name: getattr(st, f.name) for f in fields(st)},
-                           "recompute": Recompute.NONE})
+        kept = replace(st, recompute=Recompute.NONE)
         whole = layer_activation_bytes(model, training, kept)
         # Block recompute: the first recompute_layers of each chunk keep only their input.
         recomputed = st.recomputed_layers(plan.chunk_layers)
