@@ -1,6 +1,6 @@
 """What people *see*: the CLI, config parsing, summaries, validation, sweeps and reports.
 
-The notebook API (``from analysis import simulate, sweep``) is imported on first use, so that
+The notebook API (``from clustersim import simulate, sweep``) is imported on first use, so that
 importing this package stays cheap and free of side effects.
 """
 
@@ -9,6 +9,6 @@ __all__ = ["compare", "results", "simulate", "strategies", "sweep"]
 
 def __getattr__(name: str):
     if name in __all__:
-        from analysis import api
+        from clustersim.analysis import api
         return getattr(api, name)
-    raise AttributeError(f"module 'analysis' has no attribute {name!r}")
+    raise AttributeError(f"module 'clustersim.analysis' has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """The Python API for notebooks: the same work as the CLI, returning pandas DataFrames.
 
-    from analysis import simulate, sweep
-    simulate("examples/llama3_70b_h100.yaml")              # one row
+    from clustersim.analysis import simulate, sweep
+    simulate("llama3_70b_h100")                   # a bundled example, a YAML path or a mapping
     ranking = sweep("examples/llama3_70b_h100.yaml", out="runs/llama70b", workers=2)
 """
 
@@ -11,11 +11,11 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from analysis.compare_cmd import compare as compare_rows
-from analysis.ranking import candidates, ranking
-from analysis.space import SweepSpace
-from analysis.step import run_step
-from analysis.sweep_runner import LoadedConfig, from_mapping, load_for_sweep, run_sweep, strategy_columns
+from clustersim.analysis.compare_cmd import compare as compare_rows
+from clustersim.analysis.ranking import candidates, ranking
+from clustersim.analysis.space import SweepSpace
+from clustersim.analysis.step import run_step
+from clustersim.analysis.sweep_runner import LoadedConfig, from_mapping, load_for_sweep, run_sweep, strategy_columns
 
 ConfigLike = str | Path | Mapping
 

@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from hardware_specs import SpecError, load_catalog
+from clustersim.hardware_specs import SpecError, load_catalog
 
-from analysis.cli_common import add_catalog_option, output_path, write_json
+from clustersim.analysis.cli_common import add_catalog_option, output_path, write_json
 
 MICROBENCH_FILE = "microbench.json"
 BUSY_HOST_CORES = 0.25
@@ -65,7 +65,7 @@ def _add_fit_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_validate_options(p: argparse.ArgumentParser) -> None:
-    from analysis.calibration.compare import DEFAULT_STRATEGIES
+    from clustersim.analysis.calibration.compare import DEFAULT_STRATEGIES
     p.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES),
                    help=f"comma-separated, e.g. dp2,fsdp2,tp2,pp2,pp2xdp2 (default: "
                         f"{','.join(DEFAULT_STRATEGIES)})")
@@ -131,7 +131,7 @@ def run_microbench(args: argparse.Namespace) -> int:
 
 
 def _microbench(args: argparse.Namespace, folder: Path) -> Path:
-    from analysis.calibration.microbench import Plan, default_ranks, run_microbench as measure
+    from clustersim.analysis.calibration.microbench import Plan, default_ranks, run_microbench as measure
     device = _device(args.device)
     ranks = getattr(args, "ranks", 0) or default_ranks(device)
     if ranks < 1:
@@ -176,7 +176,7 @@ def _read_microbench(folder: Path) -> dict:
 
 
 def _fit(args: argparse.Namespace, prof: Path, out: Path) -> Path:
-    from analysis.calibration.fit import fit_profile, profile_yaml
+    from clustersim.analysis.calibration.fit import fit_profile, profile_yaml
     doc = _read_microbench(prof)
     device_type = doc.get("setup", {}).get("device", "cpu")
     base = args.base or DEFAULT_BASE.get(device_type)
@@ -202,9 +202,9 @@ def run_fit(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace, profile: Path, json_out: Path | None,
               report_out: Path | None) -> int:
-    from analysis.calibration.compare import compare, profile_device
-    from analysis.calibration.report import summary_lines, table, write_report
-    from analysis.calibration.train import Timing, check_runnable, measure
+    from clustersim.analysis.calibration.compare import compare, profile_device
+    from clustersim.analysis.calibration.report import summary_lines, table, write_report
+    from clustersim.analysis.calibration.train import Timing, check_runnable, measure
     if args.repeat < 1 or args.steps < 1 or args.warmup < 0:
         raise SpecError("--repeat", "expected --repeat >= 1, --steps >= 1, --warmup >= 0")
     catalog = list(args.catalog) + [profile]

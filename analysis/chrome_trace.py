@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from simulator.result import StepResult
+from clustersim.simulator.result import StepResult
 
 STREAM_ORDER = ("compute", "tp", "cp", "ep", "pp", "dp", "copy")
 

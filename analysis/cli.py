@@ -6,9 +6,10 @@ import argparse
 import os
 import sys
 
-from hardware_specs import SpecError
+from clustersim import __version__
+from clustersim.hardware_specs import SpecError
 
-from analysis import (
+from clustersim.analysis import (
     calibrate_cmd, collective_cmd, compare_cmd, failures_cmd, hardware_cmd, report, simulate_cmd,
     sweep_cmd, validate,
 )
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="clustersim",
         description="Discrete-event simulator of GPU training clusters: step time, memory, "
                     "failures and strategy comparisons.")
+    parser.add_argument("--version", action="version", version=f"clustersim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         module.register(sub)

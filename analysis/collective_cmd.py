@@ -15,19 +15,19 @@ import argparse
 import math
 from dataclasses import dataclass
 
-from hardware_specs import ClusterSpec, SpecError, load_catalog
-from hardware_specs.fields import parse_enum
-from hardware_specs.units import Quantity, parse
-from simulator.cost.collectives import (
+from clustersim.hardware_specs import ClusterSpec, SpecError, load_catalog
+from clustersim.hardware_specs.fields import parse_enum
+from clustersim.hardware_specs.units import Quantity, parse
+from clustersim.simulator.cost.collectives import (
     COLL_CHANNELS, SINGLE_PROCESS_SIMPLE_S, Algorithm, Protocol, nccl_channels,
     single_thread_launch_s,
 )
-from simulator.cost.network import NetworkModel, bus_factor
-from workloads.trace import CollectiveKind
+from clustersim.simulator.cost.network import NetworkModel, bus_factor
+from clustersim.workloads.trace import CollectiveKind
 
-from analysis.cli_common import add_catalog_option, output_path, write_json
-from analysis.nccl_tests_log import NcclTestsLog, read_log
-from analysis.tables import render
+from clustersim.analysis.cli_common import add_catalog_option, output_path, write_json
+from clustersim.analysis.nccl_tests_log import NcclTestsLog, read_log
+from clustersim.analysis.tables import render
 
 OPS = {"all_reduce": CollectiveKind.ALL_REDUCE, "all_gather": CollectiveKind.ALL_GATHER,
        "reduce_scatter": CollectiveKind.REDUCE_SCATTER, "alltoall": CollectiveKind.ALL_TO_ALL,
@@ -124,8 +124,8 @@ def _cluster(args, gpus: int) -> ClusterSpec:
     if args.cluster:
         from pathlib import Path
 
-        from analysis.config import parse_cluster, read_yaml
-        from hardware_specs.fields import Fields
+        from clustersim.analysis.config import parse_cluster, read_yaml
+        from clustersim.hardware_specs.fields import Fields
         data = read_yaml(Path(args.cluster))
         section = dict(data.get("cluster", data))
         section.setdefault("num_gpus", gpus)

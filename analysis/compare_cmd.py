@@ -15,17 +15,17 @@ from pathlib import Path
 
 import yaml
 
-from hardware_specs import SpecError
+from clustersim.hardware_specs import SpecError
 
-from analysis.cli_common import add_catalog_option, output_path
-from analysis.config import read_yaml
-from analysis.costs import costs_from_mapping, cost_per_million_tokens, energy_per_token_j
-from analysis.exposure import exposure
-from analysis.ranking import ranking
-from analysis.run_store import atomic_write, to_csv
-from analysis.step import run_step
-from analysis.sweep_runner import LoadedConfig, from_mapping, job_of_row, run_sweep, strategy_columns
-from analysis.sweep_cmd import add_parallel_options, why_none
+from clustersim.analysis.cli_common import add_catalog_option, output_path
+from clustersim.analysis.config import read_yaml
+from clustersim.analysis.costs import costs_from_mapping, cost_per_million_tokens, energy_per_token_j
+from clustersim.analysis.exposure import exposure
+from clustersim.analysis.ranking import ranking
+from clustersim.analysis.run_store import atomic_write, to_csv
+from clustersim.analysis.step import run_step
+from clustersim.analysis.sweep_runner import LoadedConfig, from_mapping, job_of_row, run_sweep, strategy_columns
+from clustersim.analysis.sweep_cmd import add_parallel_options, why_none
 
 COMPARE = "compare.csv"
 
@@ -154,7 +154,7 @@ def _uniform(rows: list[dict]) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    from analysis.tables import render
+    from clustersim.analysis.tables import render
     return render(*table_rows(rows), title="Cluster comparison")
 
 

@@ -12,16 +12,39 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hardware_specs import Catalog, ClusterSpec, Placement, SpecError, load_catalog
-from hardware_specs.fields import Fields
-from hardware_specs.memory import MemoryTierSpec, TierKind
-from hardware_specs.textfile import load_yaml
-from workloads import Job
-from workloads.model import resolve
-from workloads.strategy import strategy_from_mapping
-from workloads.training import training_from_mapping
+from clustersim.hardware_specs import Catalog, ClusterSpec, Placement, SpecError, load_catalog
+from clustersim.hardware_specs.fields import Fields
+from clustersim.hardware_specs.memory import MemoryTierSpec, TierKind
+from clustersim.hardware_specs.textfile import load_yaml
+from clustersim.workloads import Job
+from clustersim.workloads.model import resolve
+from clustersim.workloads.strategy import strategy_from_mapping
+from clustersim.workloads.training import training_from_mapping
 
 OPTIONAL_SECTIONS = ("failures", "costs", "simulation", "sweep", "name", "description")
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
+"""The bundled example configs, installed with the package."""
+
+
+def bundled_examples() -> list[str]:
+    return sorted(p.stem for p in EXAMPLES_DIR.glob("*.yaml"))
+
+
+def config_path(config: str | Path) -> Path:
+    """A config file, or a bundled example by name (``llama3_70b_h100``) or by the path the
+    README uses (``examples/llama3_70b_h100.yaml``), so both work from any folder."""
+    path = Path(config)
+    if path.exists():
+        return path
+    name = path.stem if path.suffix in ("", ".yaml") and path.parent.name in ("", "examples") \
+        else None
+    if name and (EXAMPLES_DIR / f"{name}.yaml").exists():
+        return EXAMPLES_DIR / f"{name}.yaml"
+    if not path.suffix:
+        raise SpecError("CONFIG", f"{config!r} is neither a file nor a bundled example (one of: "
+                                  f"{', '.join(bundled_examples())})")
+    return path
 
 
 @dataclass(frozen=True)
@@ -107,7 +130,7 @@ def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
 
 
 def load_config(path: str | Path, catalog_dirs: Iterable[str | Path] = ()) -> RunConfig:
-    path = Path(path)
+    path = config_path(path)
     data = read_yaml(path)
     cfg = config_from_mapping(data, path.parent, catalog_dirs)
     return RunConfig(job=cfg.job, cluster=cfg.cluster, catalog=cfg.catalog,

@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hardware_specs import ClusterSpec, SpecError
-from hardware_specs.fields import Fields
-from hardware_specs.units import Quantity
+from clustersim.hardware_specs import ClusterSpec, SpecError
+from clustersim.hardware_specs.fields import Fields
+from clustersim.hardware_specs.units import Quantity
 
 HOURS_PER_YEAR = 8766.0
 """365.25 days."""

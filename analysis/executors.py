@@ -13,7 +13,7 @@ import signal
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from hardware_specs import SpecError
+from clustersim.hardware_specs import SpecError
 
 
 def _ignore_sigint() -> None:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hardware_specs import ClusterSpec
-from simulator.checkpointing import (
+from clustersim.hardware_specs import ClusterSpec
+from clustersim.simulator.checkpointing import (
     CheckpointPolicy, CheckpointSetup, IntervalRule, checkpoint_cost, optimal_interval,
     young_waste,
 )
-from workloads import Job
+from clustersim.workloads import Job
 
 POLICY = CheckpointPolicy.SHARDED
 

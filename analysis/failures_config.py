@@ -20,14 +20,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hardware_specs import SpecError
-from hardware_specs.failures import FailureModel, failure_model_from_mapping, without_planned
-from hardware_specs.fields import Fields
-from hardware_specs.units import Quantity
-from simulator.checkpointing import CheckpointPolicy, CheckpointSetup, IntervalRule
-from simulator.recovery import RecoveryKind, RecoveryPolicy
+from clustersim.hardware_specs import SpecError
+from clustersim.hardware_specs.failures import FailureModel, failure_model_from_mapping, without_planned
+from clustersim.hardware_specs.fields import Fields
+from clustersim.hardware_specs.units import Quantity
+from clustersim.simulator.checkpointing import CheckpointPolicy, CheckpointSetup, IntervalRule
+from clustersim.simulator.recovery import RecoveryKind, RecoveryPolicy
 
-from analysis.config import RunConfig
+from clustersim.analysis.config import RunConfig
 
 DEFAULT_DAYS = 30.0
 MAX_DAYS = 3650.0

@@ -5,10 +5,10 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from hardware_specs.units import format_bytes
+from clustersim.hardware_specs.units import format_bytes
 
-from analysis.failures_study import HOUR, Stat, StudyResult
-from analysis.tables import key_values, render
+from clustersim.analysis.failures_study import HOUR, Stat, StudyResult
+from clustersim.analysis.tables import key_values, render
 
 
 def format_time(seconds: float) -> str:

@@ -13,23 +13,23 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from hardware_specs.failures import DegradationSpec, FailureModel
-from simulator import Faults, SimulationOptions, simulate
-from simulator.checkpointing import (
+from clustersim.hardware_specs.failures import DegradationSpec, FailureModel
+from clustersim.simulator import Faults, SimulationOptions, simulate
+from clustersim.simulator.checkpointing import (
     CheckpointCost, checkpoint_cost, optimal_interval, young_interval,
 )
-from simulator.fault_impact import FaultImpact, fault_impact
-from simulator.longrun_plan import (
+from clustersim.simulator.fault_impact import FaultImpact, fault_impact
+from clustersim.simulator.longrun_plan import (
     CauseClock, DegradationPlan, RunPlan, RunResult, StepTable,
 )
-from simulator.montecarlo import run_seeds
-from simulator.recovery import RecoveryKind
-from workloads import Axis, Job, ParallelLayout
-from workloads.builder import build_trace
+from clustersim.simulator.montecarlo import run_seeds
+from clustersim.simulator.recovery import RecoveryKind
+from clustersim.workloads import Axis, Job, ParallelLayout
+from clustersim.workloads.builder import build_trace
 
-from analysis.config import RunConfig
-from analysis.failures_config import FailureStudySpec
-from analysis.step import StepReport, run_step, simulation_options
+from clustersim.analysis.config import RunConfig
+from clustersim.analysis.failures_config import FailureStudySpec
+from clustersim.analysis.step import StepReport, run_step, simulation_options
 
 DAY = 86400.0
 HOUR = 3600.0

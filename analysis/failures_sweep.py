@@ -13,12 +13,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from simulator.checkpointing import (
+from clustersim.simulator.checkpointing import (
     CheckpointPolicy, IntervalRule, checkpoint_cost, optimal_interval,
 )
-from simulator.montecarlo import run_seeds
+from clustersim.simulator.montecarlo import run_seeds
 
-from analysis.failures_study import Z95, Prepared
+from clustersim.analysis.failures_study import Z95, Prepared
 
 POINTS = 9
 SPAN = 4.0

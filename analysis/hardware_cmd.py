@@ -7,11 +7,11 @@ import difflib
 import enum
 from collections.abc import Mapping
 
-from hardware_specs import Catalog, SpecError
-from hardware_specs.units import format_bytes, format_rate, format_time
+from clustersim.hardware_specs import Catalog, SpecError
+from clustersim.hardware_specs.units import format_bytes, format_rate, format_time
 
-from analysis.cli_common import add_catalog_option
-from analysis.tables import render
+from clustersim.analysis.cli_common import add_catalog_option
+from clustersim.analysis.tables import render
 
 SECTIONS = ("devices", "nodes", "fabrics", "memory_tiers", "failure_models")
 
@@ -97,7 +97,7 @@ def register(sub) -> None:
 def run(args) -> int:
     import json
 
-    from hardware_specs import load_catalog
+    from clustersim.hardware_specs import load_catalog
 
     catalog = load_catalog(args.catalog)
     if args.action == "list":

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hardware_specs import SpecError
-from hardware_specs.textfile import read_text
+from clustersim.hardware_specs import SpecError
+from clustersim.hardware_specs.textfile import read_text
 
 _TAG = re.compile(r"^\[\d+,\d+\]<std(out|err)>:")
 _HEADER = re.compile(r"nThread\s+\d+\s+nGpus\s+(\d+)")

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the headless backend)
 from matplotlib.figure import Figure  # noqa: E402
 
-from simulator.result import AXES  # noqa: E402
+from clustersim.simulator.result import AXES  # noqa: E402
 
 GIB = 2.0**30
 PARTS = ("compute_s", *(f"exposed_{a}_s" for a in AXES), "bubble_s", "optimizer_s", "other_s")

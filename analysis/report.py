@@ -18,14 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hardware_specs import SpecError
+from clustersim.hardware_specs import SpecError
 
-from analysis import plots
-from analysis.cli_common import output_path
-from analysis.ranking import candidates, folder_config, ranking, ranking_rows, strategy_label
-from analysis.compare_cmd import COMPARE, table_rows as compare_rows
-from analysis.run_store import CONFIG, RunStore
-from analysis.sweep_runner import BEST, BEST_TRACE, write_best
+from clustersim.analysis import plots
+from clustersim.analysis.cli_common import output_path
+from clustersim.analysis.ranking import candidates, folder_config, ranking, ranking_rows, strategy_label
+from clustersim.analysis.compare_cmd import COMPARE, table_rows as compare_rows
+from clustersim.analysis.run_store import CONFIG, RunStore
+from clustersim.analysis.sweep_runner import BEST, BEST_TRACE, write_best
 
 TOP_TABLE = 25
 TOP_BARS = 12

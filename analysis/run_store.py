@@ -27,9 +27,9 @@ from typing import Any
 
 import yaml
 
-from hardware_specs import SpecError
+from clustersim.hardware_specs import SpecError
 
-from analysis.config import RunConfig
+from clustersim.analysis.config import RunConfig
 
 MANIFEST = "manifest.json"
 CONFIG = "config.yaml"

@@ -5,25 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hardware_specs import SpecError
+from clustersim.analysis.cli_common import add_catalog_option, output_path, write_json
 
-from analysis.cli_common import add_catalog_option, output_path, write_json
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_EXAMPLE = "examples/llama3_70b_h100.yaml"
-
-
-def default_config() -> Path:
-    for base in (Path.cwd(), REPO_ROOT):
-        candidate = base / DEFAULT_EXAMPLE
-        if candidate.exists():
-            return candidate
-    raise SpecError("CONFIG", f"no config given and {DEFAULT_EXAMPLE} not found")
+DEFAULT_EXAMPLE = "llama3_70b_h100"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("simulate", help="simulate one training step of a config")
-    p.add_argument("config", nargs="?", help=f"run config YAML (default: {DEFAULT_EXAMPLE})")
+    p.add_argument("config", nargs="?", help="run config YAML, or a bundled example's name "
+                        f"(default: {DEFAULT_EXAMPLE})")
     p.add_argument("--json", type=output_path, metavar="OUT", help="write the result as JSON")
     p.add_argument("--trace", type=output_path, metavar="OUT",
                    help="write a Chrome/Perfetto trace JSON")
@@ -34,9 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def check_other_sections(config) -> None:
     """A typo in the costs, sweep or failures section is an error here too, not only when the
     command that reads it runs."""
-    from analysis.costs import costs_from_mapping
-    from analysis.failures_config import failure_spec
-    from analysis.space import space_from_mapping
+    from clustersim.analysis.costs import costs_from_mapping
+    from clustersim.analysis.failures_config import failure_spec
+    from clustersim.analysis.space import space_from_mapping
 
     sections = config.sections
     if "costs" in sections:
@@ -48,12 +38,12 @@ def check_other_sections(config) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.chrome_trace import write_chrome_trace
-    from analysis.config import load_config
-    from analysis.step import run_step
-    from analysis.summary import summary
+    from clustersim.analysis.chrome_trace import write_chrome_trace
+    from clustersim.analysis.config import load_config
+    from clustersim.analysis.step import run_step
+    from clustersim.analysis.summary import summary
 
-    config = load_config(args.config or default_config(), args.catalog)
+    config = load_config(args.config or DEFAULT_EXAMPLE, args.catalog)
     check_other_sections(config)
     report = run_step(config)
     print(summary(report))

@@ -33,11 +33,11 @@ import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
-from hardware_specs import SpecError
-from hardware_specs.fields import Fields, parse_enum
-from workloads import Job
-from workloads.memory import StageMemory
-from workloads.strategy import Offload, Recompute, Schedule, Strategy
+from clustersim.hardware_specs import SpecError
+from clustersim.hardware_specs.fields import Fields, parse_enum
+from clustersim.workloads import Job
+from clustersim.workloads.memory import StageMemory
+from clustersim.workloads.strategy import Offload, Recompute, Schedule, Strategy
 
 GIB = 2.0**30
 

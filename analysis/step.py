@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hardware_specs.fields import Fields, parse_enum
-from simulator import Faults, SimulationOptions, StepResult, simulate
-from simulator.cost.collectives import Algorithm
-from simulator.engine import NetworkMode
-from workloads.trace import CollectiveKind
-from simulator.engine import StepSimulation
-from workloads.builder import build_trace
-from workloads.memory import StageMemory
-from workloads.trace import Trace
+from clustersim.hardware_specs.fields import Fields, parse_enum
+from clustersim.simulator import Faults, SimulationOptions, StepResult, simulate
+from clustersim.simulator.cost.collectives import Algorithm
+from clustersim.simulator.engine import NetworkMode
+from clustersim.workloads.trace import CollectiveKind
+from clustersim.simulator.engine import StepSimulation
+from clustersim.workloads.builder import build_trace
+from clustersim.workloads.memory import StageMemory
+from clustersim.workloads.trace import Trace
 
-from analysis.config import RunConfig
+from clustersim.analysis.config import RunConfig
 
 DEFAULT_OPTIONS = SimulationOptions()
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from hardware_specs.units import format_bytes, format_rate, format_time
+from clustersim.hardware_specs.units import format_bytes, format_rate, format_time
 
-from analysis.step import StepReport
-from analysis.tables import key_values, render
+from clustersim.analysis.step import StepReport
+from clustersim.analysis.tables import key_values, render
 
 GIB = 2.0**30
 

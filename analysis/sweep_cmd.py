@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from analysis.cli_common import add_catalog_option, output_path, positive_int
+from clustersim.analysis.cli_common import add_catalog_option, output_path, positive_int
 
 TOP = 15
 
@@ -43,14 +43,14 @@ def why_none(by_status: dict, errors: int = 0) -> str:
 
 
 def ranking_table(frame, top: int) -> str:
-    from analysis.ranking import ranking_rows
-    from analysis.tables import render
+    from clustersim.analysis.ranking import ranking_rows
+    from clustersim.analysis.tables import render
     return render(*ranking_rows(frame, top))
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.ranking import ranking, write_ranking
-    from analysis.sweep_runner import load_for_sweep, run_sweep
+    from clustersim.analysis.ranking import ranking, write_ranking
+    from clustersim.analysis.sweep_runner import load_for_sweep, run_sweep
 
     loaded = load_for_sweep(args.config, args.catalog)
     outcome = run_sweep(loaded, args.out, workers=args.workers, dask_address=args.dask,

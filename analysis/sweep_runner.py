@@ -16,21 +16,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hardware_specs import ClusterSpec, SpecError
-from simulator import SimulationOptions, simulate
-from simulator.result import AXES
-from workloads import Job
-from workloads.builder import build_trace
-from workloads.strategy import Offload, Recompute, Schedule
+from clustersim.hardware_specs import ClusterSpec, SpecError
+from clustersim.simulator import SimulationOptions, simulate
+from clustersim.simulator.result import AXES
+from clustersim.workloads import Job
+from clustersim.workloads.builder import build_trace
+from clustersim.workloads.strategy import Offload, Recompute, Schedule
 
-from analysis.chrome_trace import chrome_trace
-from analysis.config import RunConfig, config_from_mapping, read_yaml
-from analysis.executors import run_tasks
-from analysis.run_store import RunStore, atomic_write, manifest
-from analysis.space import (
+from clustersim.analysis.chrome_trace import chrome_trace
+from clustersim.analysis.config import RunConfig, config_from_mapping, config_path, read_yaml
+from clustersim.analysis.executors import run_tasks
+from clustersim.analysis.run_store import RunStore, atomic_write, manifest
+from clustersim.analysis.space import (
     GIB, Candidate, Status, SweepSpace, block_layers, enumerate_space, space_from_mapping,
 )
-from analysis.step import StepReport, simulation_options
+from clustersim.analysis.step import StepReport, simulation_options
 
 BEST = "best.json"
 BEST_TRACE = "best_trace.json.gz"
@@ -47,7 +47,7 @@ class LoadedConfig:
 
 
 def load_for_sweep(path: str | Path, catalog_dirs: Iterable[str | Path] = ()) -> LoadedConfig:
-    path = Path(path)
+    path = config_path(path)
     raw = read_yaml(path)
     config = config_from_mapping(raw, path.parent, catalog_dirs)
     config = replace(config, name=config.name or path.stem, source=path)

@@ -20,18 +20,18 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from hardware_specs import Catalog, SpecError
-from hardware_specs.textfile import read_text
-from simulator import SimulationOptions
-from workloads import Job
-from workloads.model import from_mapping
-from workloads.strategy import strategy_from_mapping
-from workloads.training import training_from_mapping
+from clustersim.hardware_specs import Catalog, SpecError
+from clustersim.hardware_specs.textfile import read_text
+from clustersim.simulator import SimulationOptions
+from clustersim.workloads import Job
+from clustersim.workloads.model import from_mapping
+from clustersim.workloads.strategy import strategy_from_mapping
+from clustersim.workloads.training import training_from_mapping
 
-from analysis.cli_common import add_catalog_option, output_path, write_json
-from analysis.config import RunConfig
-from analysis.step import run_step, DEFAULT_OPTIONS
-from analysis.tables import render
+from clustersim.analysis.cli_common import add_catalog_option, output_path, write_json
+from clustersim.analysis.config import RunConfig
+from clustersim.analysis.step import run_step, DEFAULT_OPTIONS
+from clustersim.analysis.tables import render
 
 REQUIRED = ("id", "layers", "hidden", "heads", "vocab", "seq_len", "global_batch", "gpu",
             "num_gpus", "tp", "pp", "dp", "measured_step_time_s")
@@ -241,7 +241,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from hardware_specs import load_catalog
+    from clustersim.hardware_specs import load_catalog
 
     outcomes = validate_rows(Path(args.runs), load_catalog(args.catalog))
     print(render_outcomes(outcomes))

@@ -13,11 +13,11 @@ import time
 
 import simpy
 
-from hardware_specs import load_catalog
-from simulator import simulate
-from workloads import Job, Recompute, Schedule, Strategy, TrainingSpec
-from workloads.builder import build_trace
-from workloads.model import PRESETS
+from clustersim.hardware_specs import load_catalog
+from clustersim.simulator import simulate
+from clustersim.workloads import Job, Recompute, Schedule, Strategy, TrainingSpec
+from clustersim.workloads.builder import build_trace
+from clustersim.workloads.model import PRESETS
 
 BARE_TIMEOUTS = 1_000_000
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from bench_engine import bare_simpy_seconds    # the same reference loop as the engine bench
 
-from simulator.montecarlo import default_workers, run_seeds
+from clustersim.simulator.montecarlo import default_workers, run_seeds
 
-from analysis.config import load_config
-from analysis.failures_config import failure_spec
-from analysis.failures_study import prepare
+from clustersim.analysis.config import load_config
+from clustersim.analysis.failures_config import failure_spec
+from clustersim.analysis.failures_study import prepare
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "failures_llama3_405b.yaml"
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import time
 
-from analysis.config import load_config
-from simulator import SimulationOptions, simulate
-from simulator.engine import NetworkMode
-from workloads.builder import build_trace
+from clustersim.analysis.config import load_config
+from clustersim.simulator import SimulationOptions, simulate
+from clustersim.simulator.engine import NetworkMode
+from clustersim.workloads.builder import build_trace
 
 from pathlib import Path
 

@@ -6,11 +6,11 @@ import enum
 import math
 from dataclasses import dataclass
 
-from hardware_specs.device import DeviceSpec
-from hardware_specs.fabric import FabricSpec
-from hardware_specs.failures import FailureModel
-from hardware_specs.memory import MemoryTierSpec
-from hardware_specs.node import NodeSpec
+from clustersim.hardware_specs.device import DeviceSpec
+from clustersim.hardware_specs.fabric import FabricSpec
+from clustersim.hardware_specs.failures import FailureModel
+from clustersim.hardware_specs.memory import MemoryTierSpec
+from clustersim.hardware_specs.node import NodeSpec
 
 
 class Placement(enum.Enum):

@@ -6,11 +6,11 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from hardware_specs.dtypes import Dtype
-from hardware_specs.efficiency import EfficiencyCurve, OpClass
-from hardware_specs.errors import SpecError
-from hardware_specs.fields import Fields
-from hardware_specs.units import Quantity
+from clustersim.hardware_specs.dtypes import Dtype
+from clustersim.hardware_specs.efficiency import EfficiencyCurve, OpClass
+from clustersim.hardware_specs.errors import SpecError
+from clustersim.hardware_specs.fields import Fields
+from clustersim.hardware_specs.units import Quantity
 
 
 class DeviceKind(enum.Enum):

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from hardware_specs.errors import SpecError
+from clustersim.hardware_specs.errors import SpecError
 
 T = TypeVar("T")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from hardware_specs.errors import SpecError
-from hardware_specs.fields import Fields
-from hardware_specs.units import Quantity
+from clustersim.hardware_specs.errors import SpecError
+from clustersim.hardware_specs.fields import Fields
+from clustersim.hardware_specs.units import Quantity
 
 
 class FabricKind(enum.Enum):

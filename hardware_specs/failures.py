@@ -14,9 +14,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from hardware_specs.errors import SpecError
-from hardware_specs.fields import MISSING, Fields
-from hardware_specs.units import Quantity
+from clustersim.hardware_specs.errors import SpecError
+from clustersim.hardware_specs.fields import MISSING, Fields
+from clustersim.hardware_specs.units import Quantity
 
 
 class FailureCause(enum.Enum):

@@ -12,8 +12,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from hardware_specs import units
-from hardware_specs.errors import SpecError
+from clustersim.hardware_specs import units
+from clustersim.hardware_specs.errors import SpecError
 
 E = TypeVar("E", bound=enum.Enum)
 T = TypeVar("T")

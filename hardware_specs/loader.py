@@ -15,15 +15,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hardware_specs.cluster import ClusterSpec
-from hardware_specs.device import DeviceSpec, read_device
-from hardware_specs.errors import SpecError
-from hardware_specs.fabric import FabricSpec, read_fabric
-from hardware_specs.failures import FailureModel, read_failure_model
-from hardware_specs.fields import Fields
-from hardware_specs.memory import MemoryTierSpec, read_tier
-from hardware_specs.node import NodeSpec, read_node
-from hardware_specs.textfile import load_yaml
+from clustersim.hardware_specs.cluster import ClusterSpec
+from clustersim.hardware_specs.device import DeviceSpec, read_device
+from clustersim.hardware_specs.errors import SpecError
+from clustersim.hardware_specs.fabric import FabricSpec, read_fabric
+from clustersim.hardware_specs.failures import FailureModel, read_failure_model
+from clustersim.hardware_specs.fields import Fields
+from clustersim.hardware_specs.memory import MemoryTierSpec, read_tier
+from clustersim.hardware_specs.node import NodeSpec, read_node
+from clustersim.hardware_specs.textfile import load_yaml
 
 BUILTIN_DIR = Path(__file__).parent / "catalog"
 

@@ -15,8 +15,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hardware_specs.fields import Fields
-from hardware_specs.units import Quantity
+from clustersim.hardware_specs.fields import Fields
+from clustersim.hardware_specs.units import Quantity
 
 
 class CommOp(enum.Enum):

@@ -6,8 +6,8 @@ import enum
 import math
 from dataclasses import dataclass
 
-from hardware_specs.fields import Fields
-from hardware_specs.units import Quantity
+from clustersim.hardware_specs.fields import Fields
+from clustersim.hardware_specs.units import Quantity
 
 
 class TierKind(enum.Enum):

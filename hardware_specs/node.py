@@ -6,9 +6,9 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from hardware_specs.fields import Fields
-from hardware_specs.measured_comm import AlphaBeta, CommOp, read_measured_comm
-from hardware_specs.units import Quantity
+from clustersim.hardware_specs.fields import Fields
+from clustersim.hardware_specs.measured_comm import AlphaBeta, CommOp, read_measured_comm
+from clustersim.hardware_specs.units import Quantity
 
 
 class ScaleUpKind(enum.Enum):

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from hardware_specs.errors import SpecError
+from clustersim.hardware_specs.errors import SpecError
 
 MAX_BYTES = 64 * 2**20
 """No config, catalog or table the tool reads comes near this; /dev/zero would never end."""

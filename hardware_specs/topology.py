@@ -20,8 +20,8 @@ import enum
 import math
 from dataclasses import dataclass
 
-from hardware_specs.cluster import ClusterSpec
-from hardware_specs.fabric import FabricKind
+from clustersim.hardware_specs.cluster import ClusterSpec
+from clustersim.hardware_specs.fabric import FabricKind
 
 
 class LinkKind(enum.IntEnum):

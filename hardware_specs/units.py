@@ -11,7 +11,7 @@ import enum
 import math
 import re
 
-from hardware_specs.errors import SpecError
+from clustersim.hardware_specs.errors import SpecError
 
 
 class Quantity(enum.Enum):

@@ -23,8 +23,8 @@ import enum
 import math
 from dataclasses import dataclass
 
-from hardware_specs import ClusterSpec, MemoryTierSpec
-from workloads import Job
+from clustersim.hardware_specs import ClusterSpec, MemoryTierSpec
+from clustersim.workloads import Job
 
 
 class CheckpointPolicy(enum.Enum):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workloads.trace import Trace
+from clustersim.workloads.trace import Trace
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,15 +21,15 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from hardware_specs import ClusterSpec, Dtype
-from simulator.classes import RankClass, rank_classes
-from simulator.cost.compute import ComputeModel
-from simulator.cost.collectives import COPY_KERNEL_S, Algorithm, Plan
-from simulator.cost.measured import MeasuredNetwork
-from simulator.cost.network import Instances, NetworkModel
-from simulator.flows import FlowNetwork
-from simulator.result import AXES, Breakdown, ClassSummary, OpRecord, StepResult
-from workloads.trace import (
+from clustersim.hardware_specs import ClusterSpec, Dtype
+from clustersim.simulator.classes import RankClass, rank_classes
+from clustersim.simulator.cost.compute import ComputeModel
+from clustersim.simulator.cost.collectives import COPY_KERNEL_S, Algorithm, Plan
+from clustersim.simulator.cost.measured import MeasuredNetwork
+from clustersim.simulator.cost.network import Instances, NetworkModel
+from clustersim.simulator.flows import FlowNetwork
+from clustersim.simulator.result import AXES, Breakdown, ClassSummary, OpRecord, StepResult
+from clustersim.workloads.trace import (
     CollectiveKind, CollectiveOp, ComputeOp, CopyOp, MemoryOp, Op, Phase, RecvOp, SendOp, Stream,
     Trace,
 )

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hardware_specs import ClusterSpec
-from simulator.engine import Faults, SimulationOptions, StepSimulation
-from simulator.result import AXES, Breakdown, StepResult
-from workloads.trace import Trace
+from clustersim.hardware_specs import ClusterSpec
+from clustersim.simulator.engine import Faults, SimulationOptions, StepSimulation
+from clustersim.simulator.result import AXES, Breakdown, StepResult
+from clustersim.workloads.trace import Trace
 
 PARTS = ("compute",) + AXES + ("bubble", "optimizer", "other")
 

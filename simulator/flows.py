@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import simpy
 
-from hardware_specs.topology import Link
+from clustersim.hardware_specs.topology import Link
 
 _EPS = 1e-12
 

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from hardware_specs.failures import Distribution, DistributionKind, Hazard, HazardSpec
+from clustersim.hardware_specs.failures import Distribution, DistributionKind, Hazard, HazardSpec
 
 
 def lifetimes(rng: np.random.Generator, rate_per_s: float, hazard: HazardSpec,

@@ -25,13 +25,13 @@ from functools import partial
 import numpy as np
 import simpy
 
-from simulator.lifetimes import draw
-from simulator.longrun_cycle import Cycle, Level
-from simulator.longrun_fleet import Fleet
-from simulator.longrun_plan import (
+from clustersim.simulator.lifetimes import draw
+from clustersim.simulator.longrun_cycle import Cycle, Level
+from clustersim.simulator.longrun_fleet import Fleet
+from clustersim.simulator.longrun_plan import (
     CauseClock, DegradationPlan, Event, RunPlan, RunResult, Segment,
 )
-from simulator.recovery import RecoveryKind
+from clustersim.simulator.recovery import RecoveryKind
 
 MAX_HORIZONS = 50
 """A run that has not trained its budget after this many horizons stops (time_to_train = inf)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from simulator.checkpointing import CheckpointLevel
+from clustersim.simulator.checkpointing import CheckpointLevel
 
 
 class Cycle:

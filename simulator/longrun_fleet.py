@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
-from hardware_specs.failures import Hazard
-from simulator.lifetimes import lifetimes
-from simulator.longrun_plan import RunPlan
+from clustersim.hardware_specs.failures import Hazard
+from clustersim.simulator.lifetimes import lifetimes
+from clustersim.simulator.longrun_plan import RunPlan
 
 
 class Fleet:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from hardware_specs.failures import Distribution, FailureCause, HazardSpec
-from simulator.checkpointing import CheckpointCost
-from simulator.recovery import RecoveryPolicy
+from clustersim.hardware_specs.failures import Distribution, FailureCause, HazardSpec
+from clustersim.simulator.checkpointing import CheckpointCost
+from clustersim.simulator.recovery import RecoveryPolicy
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

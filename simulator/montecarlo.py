@@ -8,8 +8,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from simulator.longrun import JobRun
-from simulator.longrun_plan import RunPlan, RunResult
+from clustersim.simulator.longrun import JobRun
+from clustersim.simulator.longrun_plan import RunPlan, RunResult
 
 _PLAN: RunPlan | None = None
 

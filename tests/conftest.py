@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from hardware_specs import load_catalog
-from workloads import Job, Strategy, TrainingSpec
-from workloads.model import from_mapping
+from clustersim.hardware_specs import load_catalog
+from clustersim.workloads import Job, Strategy, TrainingSpec
+from clustersim.workloads.model import from_mapping
 
 REPO = Path(__file__).resolve().parents[1]
 

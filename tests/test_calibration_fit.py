@@ -9,18 +9,18 @@ import sys
 import pytest
 import yaml
 
-from hardware_specs import DeviceKind, OpClass, SpecError, load_catalog
-from hardware_specs.measured_comm import AlphaBeta, CommOp
-from hardware_specs.node import NicKind, ScaleUpKind
-from simulator.cost.measured import MeasuredNetwork, measured_time
-from workloads import Strategy
-from workloads.trace import CollectiveKind
+from clustersim.hardware_specs import DeviceKind, OpClass, SpecError, load_catalog
+from clustersim.hardware_specs.measured_comm import AlphaBeta, CommOp
+from clustersim.hardware_specs.node import NicKind, ScaleUpKind
+from clustersim.simulator.cost.measured import MeasuredNetwork, measured_time
+from clustersim.workloads import Strategy
+from clustersim.workloads.trace import CollectiveKind
 
-from analysis.calibration.compare import (
+from clustersim.analysis.calibration.compare import (
     Comparison, calibration_config, compare, parse_strategy, predict, time_shared,
     time_shared_comm,
 )
-from analysis.calibration.fit import (
+from clustersim.analysis.calibration.fit import (
     ADAM_BYTES_PER_PARAM, ELEMENTWISE_PASSES, attention_flops, comm_fits, compute_points,
     fit_alpha_beta, fit_profile, pooled_rates, profile_yaml,
 )
@@ -225,7 +225,7 @@ def test_compare_reports_signed_errors_and_the_baseline(profile, tmp_path):
 
 
 def clustersim(*args):
-    return subprocess.run([sys.executable, "-m", "analysis.cli", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "clustersim", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -252,8 +252,8 @@ def test_cli_fit_without_measurements_exits_2(tmp_path):
 def test_optimizer_kernels_use_their_own_curve_or_else_the_elementwise_one(profile):
     from dataclasses import replace
 
-    from simulator.cost.compute import ComputeModel
-    from workloads.layer_ops import Kernel
+    from clustersim.simulator.cost.compute import ComputeModel
+    from clustersim.workloads.layer_ops import Kernel
     adam = Kernel("adam", OpClass.OPTIMIZER, 12e6, 28e6)
     eff = profile.device.efficiency
     assert ComputeModel(profile.device).efficiency(adam) == eff.curves[OpClass.OPTIMIZER](28e6)
@@ -263,7 +263,7 @@ def test_optimizer_kernels_use_their_own_curve_or_else_the_elementwise_one(profi
 
 
 def test_in_training_factor_is_predicted_over_measured_reference_step(catalog, tmp_path):
-    from analysis.calibration.fit import reference_prediction
+    from clustersim.analysis.calibration.fit import reference_prediction
     base = fit_profile(document(), catalog.device("cpu-core"), catalog.nodes["cpu-host"], "x")
     assert base.device.efficiency.in_training == {}
     reference = {"kind": "reference_step", "time_s": 1.0, "training": {
@@ -285,8 +285,8 @@ def test_collectives_slow_down_in_training_as_the_tensor_parallel_reference_step
                                                                                       tmp_path):
     """The TP reference step, less its predicted compute, over its all-reduces' fitted time
     scales every collective fit (latency and bandwidth alike)."""
-    from analysis.calibration.fit import _reference_ops, reference_prediction
-    from workloads.trace import CollectiveOp
+    from clustersim.analysis.calibration.fit import _reference_ops, reference_prediction
+    from clustersim.workloads.trace import CollectiveOp
     base = fit_profile(document(), catalog.device("cpu-core"), catalog.nodes["cpu-host"], "x")
     reference = {"kind": "reference_step", "tp": 2, "training": {
         "seq_len": 64, "global_batch": 2, "micro_batch": 1, "precision": "fp32"},
@@ -306,8 +306,8 @@ def test_collectives_slow_down_in_training_as_the_tensor_parallel_reference_step
     path.write_text(profile_yaml(p))
     cluster = load_catalog([path]).cluster(device="x", num_devices=2)
     assert cluster.node.comm_in_training == pytest.approx(1.5, rel=1e-5)
-    from simulator.cost.measured import MeasuredNetwork
-    from workloads.trace import CollectiveKind
+    from clustersim.simulator.cost.measured import MeasuredNetwork
+    from clustersim.workloads.trace import CollectiveKind
     plan = MeasuredNetwork(cluster).plan(CollectiveKind.ALL_REDUCE, 2**20, ((0, 1),))
     assert plan.time(None) == pytest.approx(1.5 * measured_time(fit, CommOp.ALL_REDUCE, 2, 2**20),
                                             rel=1e-4)
@@ -346,10 +346,10 @@ def test_activations_and_the_loss_get_their_own_measured_curve(catalog):
     """On a CPU an erf GeLU streams far slower than a residual add; measured GeLU and
     cross-entropy kernels make a transcendental curve, and the activation and loss kernels of
     the layer model are timed by it, the norms and adds by the element-wise one."""
-    from simulator.cost.compute import ComputeModel
-    from workloads.layer_ops import LayerOps
-    from workloads.model import resolve
-    from workloads.training import training_from_mapping
+    from clustersim.simulator.cost.compute import ComputeModel
+    from clustersim.workloads.layer_ops import LayerOps
+    from clustersim.workloads.model import resolve
+    from clustersim.workloads.training import training_from_mapping
     slow = [{"kind": "elementwise", "op": "gelu.fwd", "elements": e, "time_s": 8.0 * e / 2.5e9}
             for e in (1 << 16, 1 << 20, 1 << 22)]
     p = fit_profile(document(synthetic_records() + slow), catalog.device("cpu-core"),

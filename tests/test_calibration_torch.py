@@ -9,12 +9,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hardware_specs import SpecError, load_catalog  # noqa: E402
-from workloads import Job, Strategy, TrainingSpec  # noqa: E402
-from workloads.model import from_mapping  # noqa: E402
-from workloads.training import Precision  # noqa: E402
+from clustersim.hardware_specs import SpecError, load_catalog  # noqa: E402
+from clustersim.workloads import Job, Strategy, TrainingSpec  # noqa: E402
+from clustersim.workloads.model import from_mapping  # noqa: E402
+from clustersim.workloads.training import Precision  # noqa: E402
 
-from analysis.calibration.train import Timing, check_runnable, measure  # noqa: E402
+from clustersim.analysis.calibration.train import Timing, check_runnable, measure  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 
 MODEL = from_mapping({"name": "tiny-gpt", "layers": 2, "hidden": 64, "heads": 2, "vocab": 128,
@@ -49,7 +49,7 @@ def test_parallel_job_trains_exactly_like_one_process(reference, strategy):
     (dict(dp=2, zero=1), "strategy.zero"), (dict(tp=2, pp=2), "strategy"),
     (dict(pp=2, schedule="gpipe"), "strategy.schedule")])
 def test_unsupported_strategies_are_named(strategy, field):
-    from workloads.strategy import Schedule
+    from clustersim.workloads.strategy import Schedule
     if "schedule" in strategy:
         strategy["schedule"] = Schedule(strategy["schedule"])
     with pytest.raises(SpecError) as err:
@@ -63,7 +63,7 @@ def test_calibrate_all_end_to_end(tmp_path):
     JSON rows and a report with its plot."""
     out = tmp_path / "prof"
     run = subprocess.run(
-        [sys.executable, "-m", "analysis.cli", "calibrate", "all", "--out", str(out), "--quick",
+        [sys.executable, "-m", "clustersim", "calibrate", "all", "--out", str(out), "--quick",
          "--strategies", "dp2,pp2", "--steps", "3", "--warmup", "1"],
         cwd=REPO, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -84,7 +84,7 @@ def test_validate_rejects_a_strategy_before_any_real_run():
     profile = REPO / "analysis" / "data" / "calibration" / "2026-11-30-amd-epyc-2-cores" / \
         "profile.yaml"
     run = subprocess.run(
-        [sys.executable, "-m", "analysis.cli", "calibrate", "validate", "--profile", str(profile),
+        [sys.executable, "-m", "clustersim", "calibrate", "validate", "--profile", str(profile),
          "--strategies", "dp2,tp2xpp2"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 2
     assert "error: strategy: tp with pp" in run.stderr and "run 1 of" not in run.stderr

@@ -1,6 +1,6 @@
 import pytest
 
-from hardware_specs import Dtype, SpecError, load_catalog
+from clustersim.hardware_specs import Dtype, SpecError, load_catalog
 
 DEVICES = ["v100-32gb", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h100-96gb", "h200",
            "b200", "gb200", "gb300", "mi300x"]

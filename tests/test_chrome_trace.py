@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from analysis.chrome_trace import chrome_trace, write_chrome_trace
-from analysis.config import load_config
-from analysis.step import run_step
+from clustersim.analysis.chrome_trace import chrome_trace, write_chrome_trace
+from clustersim.analysis.config import load_config
+from clustersim.analysis.step import run_step
 
 from tests.conftest import REPO
 

@@ -10,7 +10,7 @@ from tests.conftest import REPO
 
 
 def clustersim(*args, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "analysis.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "clustersim", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=600)
 
 

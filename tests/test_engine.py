@@ -4,13 +4,13 @@ from dataclasses import replace
 
 import pytest
 
-from hardware_specs import SpecError
-from simulator import SimulationOptions, StepSimulation, simulate
-from simulator.cost.compute import ComputeModel
-from simulator.cost.network import Algorithm, NetworkModel, Plan, Protocol
-from workloads import Recompute, Schedule, Strategy
-from workloads.builder import build_trace
-from workloads.trace_io import trace_from_dict, trace_to_dict
+from clustersim.hardware_specs import SpecError
+from clustersim.simulator import SimulationOptions, StepSimulation, simulate
+from clustersim.simulator.cost.compute import ComputeModel
+from clustersim.simulator.cost.network import Algorithm, NetworkModel, Plan, Protocol
+from clustersim.workloads import Recompute, Schedule, Strategy
+from clustersim.workloads.builder import build_trace
+from clustersim.workloads.trace_io import trace_from_dict, trace_to_dict
 
 from tests.conftest import tiny_job
 
@@ -133,7 +133,7 @@ def test_trace_survives_a_json_round_trip(catalog):
 
 
 def test_a_straggler_splits_its_class_and_slows_the_step(catalog):
-    from simulator import Faults
+    from clustersim.simulator import Faults
     cluster = catalog.cluster(device="h100-sxm", num_devices=16)
     job = tiny_job(STRATEGIES[0], global_batch=16)
     healthy = simulate(build_trace(job), cluster)
@@ -146,8 +146,8 @@ def test_deepspeed_era_zero3_reduces_per_tensor_and_gathers_after_a_device_sync(
     """Per-tensor ZeRO-3 as DeepSpeed ran it in 2021: one reduce-scatter per parameter from a
     list of per-rank slices (a copy per rank), and every gather waits for the reduce-scatters
     in flight (``torch.cuda.synchronize()`` before each per-parameter all-gather)."""
-    from workloads.strategy import Zero3Granularity, Zero3Prefetch
-    from workloads.trace import CollectiveKind, CollectiveOp
+    from clustersim.workloads.strategy import Zero3Granularity, Zero3Prefetch
+    from clustersim.workloads.trace import CollectiveKind, CollectiveOp
     job = tiny_job(Strategy(dp=8, zero=3, zero3_granularity=Zero3Granularity.TENSOR,
                             zero3_prefetch=Zero3Prefetch.NONE), global_batch=8, layers=2)
     ops = build_trace(job).programs[0].ops
@@ -165,7 +165,7 @@ def test_deepspeed_era_zero3_reduces_per_tensor_and_gathers_after_a_device_sync(
 def test_zero3_backward_only_prefetch_exposes_the_forward_gathers(catalog):
     """FSDP2 on a CPU prefetches backward gathers only: forward ones wait for the layer before,
     so the step sits between full prefetch and none, and only its forward got slower."""
-    from workloads.strategy import Zero3Prefetch
+    from clustersim.workloads.strategy import Zero3Prefetch
     cluster = catalog.cluster(device="a100-80gb", num_devices=8)
     steps = {p: _run(tiny_job(Strategy(dp=8, zero=3, zero3_prefetch=p), global_batch=8,
                               layers=4), cluster).step_time_s
@@ -174,7 +174,7 @@ def test_zero3_backward_only_prefetch_exposes_the_forward_gathers(catalog):
 
 
 def test_zero3_prefetch_reads_booleans_and_names():
-    from workloads.strategy import Zero3Prefetch, strategy_from_mapping
+    from clustersim.workloads.strategy import Zero3Prefetch, strategy_from_mapping
     assert strategy_from_mapping({"zero3_prefetch": False}).zero3_prefetch is Zero3Prefetch.NONE
     assert strategy_from_mapping({}).zero3_prefetch is Zero3Prefetch.ALL
     assert strategy_from_mapping({"zero3_prefetch": "backward"}).zero3_prefetch \
@@ -187,8 +187,8 @@ def test_offload_tier_sets_the_copy_bandwidth(catalog):
     """ZeRO-Infinity to local NVMe: 8 GPUs of a DGX H100 share its 8 drives (56 GB/s read,
     28 GB/s write: 7 and 3.5 GB/s each), far below PCIe Gen5 (64 GB/s); host DRAM (563 GB/s
     for 8) leaves PCIe the limit."""
-    from analysis.config import offload_tier
-    from workloads.trace import CopyKind
+    from clustersim.analysis.config import offload_tier
+    from clustersim.workloads.trace import CopyKind
     cluster = catalog.cluster(device="h100-sxm", num_devices=8)
     dram = NetworkModel(cluster)
     nvme = NetworkModel(replace(cluster, offload_tier=offload_tier(catalog, "dgx-h100-nvme")))
@@ -204,8 +204,8 @@ def test_offload_tier_sets_the_copy_bandwidth(catalog):
 def test_flashattention3_runs_at_its_in_training_figure_on_hopper_and_as_fa2_elsewhere(catalog):
     """FA3-class kernels on H100: 0.45 of peak measured inside a training step (447 TFLOPS on
     H200), with no in-training factor on top; A100 has none and runs FlashAttention-2."""
-    from hardware_specs import Dtype, OpClass
-    from workloads.layer_ops import Kernel
+    from clustersim.hardware_specs import Dtype, OpClass
+    from clustersim.workloads.layer_ops import Kernel
 
     def kernel(op):   # 16 sequences x 32 heads of 8K tokens, head dim 128
         return Kernel("flash_attn", op, 1e14, 1e9, 8192, 8192, 128, 512, Dtype.BF16)
@@ -220,8 +220,8 @@ def test_flashattention3_runs_at_its_in_training_figure_on_hopper_and_as_fa2_els
 
 
 def test_flash3_changes_the_kernel_not_the_memory(catalog):
-    from workloads import AttentionKernel
-    from workloads.memory import memory_per_stage
+    from clustersim.workloads import AttentionKernel
+    from clustersim.workloads.memory import memory_per_stage
     job = tiny_job(Strategy(dp=2), seq_len=4096, **WIDE)
     fa3 = replace(job, training=replace(job.training, attention=AttentionKernel.FLASH3))
     assert memory_per_stage(fa3.model, fa3.training, fa3.strategy) == memory_per_stage(
@@ -252,7 +252,7 @@ def test_tp_comm_overlap_streams_the_tensor_parallel_collectives_beside_the_gemm
 
 
 def test_overlap_param_gather_moves_the_gather_into_the_next_forward(catalog):
-    from workloads.trace import CollectiveKind
+    from clustersim.workloads.trace import CollectiveKind
     base = tiny_job(Strategy(dp=8, zero=1), global_batch=32, seq_len=2048, **WIDE)
     over = replace(base, strategy=replace(base.strategy, overlap_param_gather=True))
     gathered = {job: _collective_bytes(build_trace(job), "dp", CollectiveKind.ALL_GATHER)
@@ -270,7 +270,7 @@ def test_overlap_param_gather_moves_the_gather_into_the_next_forward(catalog):
                                               "distributed optimizer (zero 1 or 2), got zero 0"),
 ])
 def test_overlaps_without_what_they_need_are_errors(fields, message):
-    from workloads.strategy import check_strategy, strategy_from_mapping
+    from clustersim.workloads.strategy import check_strategy, strategy_from_mapping
     job = tiny_job(Strategy(), **WIDE)
     with pytest.raises(SpecError) as err:
         check_strategy(strategy_from_mapping(fields), job.model, job.training)

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from simulator import Faults
-from simulator.fault_impact import fault_impact
-from workloads import Strategy
-from workloads.builder import build_trace
+from clustersim.simulator import Faults
+from clustersim.simulator.fault_impact import fault_impact
+from clustersim.workloads import Strategy
+from clustersim.workloads.builder import build_trace
 
 from tests.conftest import tiny_job
 from tests.test_cli import clustersim
@@ -104,7 +104,7 @@ def test_slow_gpu_report_names_the_group_that_waits(catalog):
     job = tiny_job(Strategy(tp=2, pp=2, dp=2), global_batch=8)
     cluster = catalog.cluster(device="h100-sxm", num_devices=8)
     trace = build_trace(job)
-    from simulator import simulate
+    from clustersim.simulator import simulate
     healthy = simulate(trace, cluster)
     impact, slow = fault_impact(trace, cluster, healthy, Faults(compute_slowdown={0: 2.0}),
                                 "slow gpu")

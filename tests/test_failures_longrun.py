@@ -6,15 +6,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from hardware_specs.failures import FailureCause, HazardSpec
-from simulator.checkpointing import (
+from clustersim.hardware_specs.failures import FailureCause, HazardSpec
+from clustersim.simulator.checkpointing import (
     CheckpointCost, CheckpointLevel, CheckpointPolicy, young_interval, young_waste,
 )
-from simulator.longrun_plan import CauseClock, RunPlan, StepTable
-from simulator.montecarlo import run_one, run_seeds
-from simulator.recovery import RecoveryKind, RecoveryPolicy
+from clustersim.simulator.longrun_plan import CauseClock, RunPlan, StepTable
+from clustersim.simulator.montecarlo import run_one, run_seeds
+from clustersim.simulator.recovery import RecoveryKind, RecoveryPolicy
 
-from analysis.failures_sweep import fitted_optimum
+from clustersim.analysis.failures_sweep import fitted_optimum
 
 HOUR, DAY = 3600.0, 86400.0
 INSTANT = RecoveryPolicy(detection_s=0.0, drain_s=0.0, reschedule_s=0.0, hot_swap_s=0.0,
@@ -186,8 +186,8 @@ def test_planned_maintenance_costs_a_save_and_a_restart_but_no_work():
 
 
 def test_stragglers_slow_the_job_for_their_duration():
-    from hardware_specs.failures import Distribution, DistributionKind
-    from simulator.longrun_plan import DegradationPlan
+    from clustersim.hardware_specs.failures import Distribution, DistributionKind
+    from clustersim.simulator.longrun_plan import DegradationPlan
     slow = DegradationPlan(rate_per_node_s=1.0 / (10 * HOUR),
                            slowdown=Distribution(kind=DistributionKind.FIXED, value=2.0),
                            duration=Distribution(kind=DistributionKind.FIXED, value=HOUR),
@@ -203,8 +203,8 @@ def test_stragglers_slow_the_job_for_their_duration():
 def test_evicting_long_stragglers_trades_slowdown_for_downtime():
     """FALCON (arXiv 2410.12588) reports fail-slows lasting up to ~10 h; evicting after 10 min
     turns most of their slowdown into one save-and-restart each."""
-    from hardware_specs.failures import Distribution, DistributionKind
-    from simulator.longrun_plan import DegradationPlan
+    from clustersim.hardware_specs.failures import Distribution, DistributionKind
+    from clustersim.simulator.longrun_plan import DegradationPlan
     slow = DegradationPlan(rate_per_node_s=1.0 / (20 * HOUR),
                            slowdown=Distribution(kind=DistributionKind.FIXED, value=3.0),
                            duration=Distribution(kind=DistributionKind.FIXED, value=5 * HOUR),
@@ -225,7 +225,7 @@ def test_weibull_infant_mortality_front_loads_failures_of_new_nodes():
     1 - exp(-(10 / eta)^0.5), eta = 1000 d / Gamma(3) = 500 d: 13.2%, against 1% for the
     exponential of the same mean."""
     import math as m
-    from hardware_specs.failures import Hazard
+    from clustersim.hardware_specs.failures import Hazard
     base = plan(mtbf_s=1000 * DAY / 256, interval_s=3600.0, cost=sync_cost(1.0), days=10,
                 cause=FailureCause.GPU, nodes=256, budget_steps=math.inf,
                 recovery=replace(INSTANT, spare_nodes=1000))

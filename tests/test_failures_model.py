@@ -6,21 +6,21 @@ import numpy as np
 import pytest
 import yaml
 
-from hardware_specs import SpecError
-from hardware_specs.failures import (
+from clustersim.hardware_specs import SpecError
+from clustersim.hardware_specs.failures import (
     Distribution, DistributionKind, Domain, FailureCause, Hazard, HazardSpec,
     failure_model_from_mapping,
 )
-from hardware_specs.fields import Fields
-from simulator.checkpointing import (
+from clustersim.hardware_specs.fields import Fields
+from clustersim.simulator.checkpointing import (
     CheckpointLevel, CheckpointPolicy, CheckpointSetup, checkpoint_bytes, checkpoint_cost,
     daly_interval, young_interval,
 )
-from simulator.lifetimes import draw, lifetimes
-from simulator.longrun_cycle import Cycle, Level
+from clustersim.simulator.lifetimes import draw, lifetimes
+from clustersim.simulator.longrun_cycle import Cycle, Level
 
-from analysis.config import load_config
-from analysis.failures_config import failure_spec
+from clustersim.analysis.config import load_config
+from clustersim.analysis.failures_config import failure_spec
 from tests.conftest import REPO
 
 
@@ -180,7 +180,7 @@ def test_level_keeps_the_newest_usable_copy():
 def test_confidence_intervals_stay_within_what_the_quantity_can_be():
     """Two runs with 0 and 7 interruptions: the normal approximation alone would put the lower
     end below zero; an ETTR interval never passes 100%."""
-    from analysis.failures_study import Stat
+    from clustersim.analysis.failures_study import Stat
     count = Stat.of([0, 7])
     assert count.ci95[0] == 0.0 and count.ci95[1] > 7
     ettr = Stat.of([0.2, 0.99], upper=1.0)

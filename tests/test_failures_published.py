@@ -5,12 +5,12 @@ from dataclasses import replace
 
 import pytest
 
-from simulator.checkpointing import young_interval, young_waste
+from clustersim.simulator.checkpointing import young_interval, young_waste
 
-from analysis.config import load_config
-from analysis.failures_config import failure_spec
-from analysis.failures_study import prepare, run_study
-from analysis.failures_sweep import sweep_policy
+from clustersim.analysis.config import load_config
+from clustersim.analysis.failures_config import failure_spec
+from clustersim.analysis.failures_study import prepare, run_study
+from clustersim.analysis.failures_sweep import sweep_policy
 from tests.conftest import REPO
 
 HOUR = 3600.0

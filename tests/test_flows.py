@@ -5,8 +5,8 @@ import random
 import pytest
 import simpy
 
-from hardware_specs.topology import LinkKind
-from simulator.flows import FlowNetwork
+from clustersim.hardware_specs.topology import LinkKind
+from clustersim.simulator.flows import FlowNetwork
 
 
 def reference_completions(transfers, capacity):

@@ -1,9 +1,9 @@
 import pytest
 
-from workloads import Job, Offload, Recompute, Strategy, TrainingSpec
-from workloads.memory import layer_activation_bytes, memory_per_stage
-from workloads.model import PRESETS, from_mapping
-from workloads.training import AttentionKernel
+from clustersim.workloads import Job, Offload, Recompute, Strategy, TrainingSpec
+from clustersim.workloads.memory import layer_activation_bytes, memory_per_stage
+from clustersim.workloads.model import PRESETS, from_mapping
+from clustersim.workloads.training import AttentionKernel
 
 # Korthikanti et al. 2022 (arXiv 2205.05198), Table 3: heads, hidden, layers (TP 8, s 2048, b 1).
 KORTHIKANTI = {"22B": (64, 6144, 48), "175B": (96, 12288, 96), "530B": (128, 20480, 105),

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from hardware_specs import SpecError
-from workloads.layer_ops import model_flops_per_token
-from workloads.model import PRESETS, from_hf_config, resolve
+from clustersim.hardware_specs import SpecError
+from clustersim.workloads.layer_ops import model_flops_per_token
+from clustersim.workloads.model import PRESETS, from_hf_config, resolve
 
 
 @pytest.mark.parametrize("name, published", [

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from analysis.nccl_tests_log import parse_log
-from hardware_specs import SpecError
+from clustersim.analysis.nccl_tests_log import parse_log
+from clustersim.hardware_specs import SpecError
 
 from tests.test_cli import clustersim
 

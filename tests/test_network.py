@@ -5,12 +5,12 @@ import re
 
 import pytest
 
-from analysis.collective_cmd import measure
-from hardware_specs import Placement
-from hardware_specs.topology import LinkKind, Topology
-from simulator.cost.collectives import Algorithm
-from simulator.cost.network import NetworkModel
-from workloads.trace import CollectiveKind
+from clustersim.analysis.collective_cmd import measure
+from clustersim.hardware_specs import Placement
+from clustersim.hardware_specs.topology import LinkKind, Topology
+from clustersim.simulator.cost.collectives import Algorithm
+from clustersim.simulator.cost.network import NetworkModel
+from clustersim.workloads.trace import CollectiveKind
 
 from tests.conftest import REPO
 
@@ -131,7 +131,7 @@ def test_nvls_on_8x_h200_from_4_mib(catalog, row):
 def test_nvls_chunk_schedule_is_nccls():
     """enqueue.cc (2.18-2.21): 128 KiB chunks, 64 KiB below 64 loops of 16 channels x 8 heads
     x 128 KiB (1 GiB), 32 KiB below 8 x 16 x 8 x 64 KiB (64 MiB), 16 KiB below 8 MiB."""
-    from simulator.cost.collectives import nvls_chunk_bytes, nvls_loops
+    from clustersim.simulator.cost.collectives import nvls_chunk_bytes, nvls_loops
     assert [nvls_chunk_bytes(2**k, 8) // 1024 for k in (22, 23, 25, 26, 29, 30, 33)] == [
         16, 32, 32, 64, 64, 128, 128]
     assert nvls_loops(2**30, 8) == 2**30 // (16 * 8 * 128 * 1024)
@@ -176,7 +176,7 @@ def test_nvls_only_above_four_gpus_as_nccl_picks_it(catalog):
 def test_nccl_drops_channels_for_small_collectives():
     """enqueue.cc: a channel is dropped while bytes < channels x threads x per-thread threshold
     (ring LL on 8 ranks: 8 x 8 bytes x 512 threads = 32 KiB per channel)."""
-    from simulator.cost.collectives import Protocol, nccl_channels
+    from clustersim.simulator.cost.collectives import Protocol, nccl_channels
     assert [nccl_channels(Protocol.LL, 2**k, 8, 24) for k in (15, 17, 19, 20)] == [1, 4, 16, 24]
     assert nccl_channels(Protocol.SIMPLE, 256 * 2**10, 8, 24) == 8
     assert nccl_channels(Protocol.SIMPLE, 2**30, 8, 24) == 24
@@ -293,8 +293,8 @@ def test_scattered_placement_puts_tp_groups_across_nodes(catalog):
 
 
 def _ep_step(example, fabric=None):
-    from analysis.config import config_from_mapping, read_yaml
-    from analysis.step import run_step
+    from clustersim.analysis.config import config_from_mapping, read_yaml
+    from clustersim.analysis.step import run_step
     data = dict(read_yaml(REPO / "examples" / example))
     data["training"] = {"seq_len": 4096, "global_batch": 32, "micro_batch": 1}
     if fabric:

@@ -3,15 +3,15 @@ part of a compute op, whichever started first, and calibration measures the slow
 
 import pytest
 
-from simulator import SimulationOptions, StepSimulation
-from simulator.cost.compute import ComputeModel
-from simulator.cost.network import Algorithm, NetworkModel, Plan, Protocol
-from workloads.trace import (
+from clustersim.simulator import SimulationOptions, StepSimulation
+from clustersim.simulator.cost.compute import ComputeModel
+from clustersim.simulator.cost.network import Algorithm, NetworkModel, Plan, Protocol
+from clustersim.workloads.trace import (
     CollectiveKind, CollectiveOp, ComputeOp, GroupSet, Phase, Program, Stream, Trace,
 )
 
-from analysis.calibration.fit import overlap_slowdowns
-from hardware_specs.measured_comm import AlphaBeta, CommOp
+from clustersim.analysis.calibration.fit import overlap_slowdowns
+from clustersim.hardware_specs.measured_comm import AlphaBeta, CommOp
 
 MS = 1e-3
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.plots import pareto_front
-from analysis.report import build_report
-from analysis.sweep_runner import from_mapping, run_sweep
+from clustersim.analysis.plots import pareto_front
+from clustersim.analysis.report import build_report
+from clustersim.analysis.sweep_runner import from_mapping, run_sweep
 from tests.test_sweep import TINY
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

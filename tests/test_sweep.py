@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analysis.config import config_from_mapping
-from analysis.run_store import POINTS, RunStore
-from analysis.space import Status, SweepSpace, enumerate_space, no_more_work, space_from_mapping
-from analysis.sweep_runner import from_mapping, run_sweep
-from hardware_specs import SpecError
-from simulator import SimulationOptions, simulate
+from clustersim.analysis.config import config_from_mapping
+from clustersim.analysis.run_store import POINTS, RunStore
+from clustersim.analysis.space import Status, SweepSpace, enumerate_space, no_more_work, space_from_mapping
+from clustersim.analysis.sweep_runner import from_mapping, run_sweep
+from clustersim.hardware_specs import SpecError
+from clustersim.simulator import SimulationOptions, simulate
 from tests.conftest import REPO
-from workloads.builder import build_trace
-from workloads.strategy import Offload, Recompute, Strategy
+from clustersim.workloads.builder import build_trace
+from clustersim.workloads.strategy import Offload, Recompute, Strategy
 
 TINY = {
     "name": "tiny",
@@ -40,7 +40,7 @@ def write_config(tmp_path: Path, **over) -> Path:
 
 
 def clustersim(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "analysis.cli", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "clustersim", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=600, **kw)
 
 
@@ -131,7 +131,7 @@ def test_killed_sweep_resumes_without_losing_or_recomputing_a_point(tmp_path, si
     cfg = write_config(tmp_path, sweep={"micro_batch": [1], "cp": [1, 2],
                                         "prune_dominated": False})
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "analysis.cli", "sweep", str(cfg), "--out",
+    proc = subprocess.Popen([sys.executable, "-m", "clustersim", "sweep", str(cfg), "--out",
                              str(out), "--workers", "2"], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     points = out / POINTS
@@ -164,7 +164,7 @@ def test_torn_last_line_is_dropped_and_that_point_simulated_again(tmp_path):
     text = (out / POINTS).read_text()
     torn = text[: text.rstrip("\n").rfind("\n") + 1] + "12,tp1-pp1"
     (out / POINTS).write_text(torn)
-    from analysis.ranking import ranking
+    from clustersim.analysis.ranking import ranking
     assert len(ranking(out)) == len(complete) - 1, "readers skip the torn line"
     assert (out / POINTS).read_text() == torn, "and leave the file alone (a sweep may append)"
     outcome = run_sweep(loaded, out)
@@ -209,7 +209,7 @@ def test_unreachable_dask_scheduler_is_a_clear_error(tmp_path):
 # --- what users read -----------------------------------------------------------------------
 
 def test_python_api_returns_dataframes(tmp_path):
-    from analysis import simulate as simulate_df, sweep
+    from clustersim.analysis import simulate as simulate_df, sweep
     one = simulate_df(TINY)
     assert len(one) == 1
     for key in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "peak_memory_gb",
@@ -232,7 +232,7 @@ def test_tensor_parallelism_inside_a_node_beats_tensor_parallelism_across_nodes(
     data["training"] = {**data["training"], "global_batch": 32}
     ranked = from_mapping(data)
     run_sweep(ranked, tmp_path / "run")
-    from analysis.ranking import ranking
+    from clustersim.analysis.ranking import ranking
     frame = ranking(tmp_path / "run")
     assert list(frame["tp"]) == [8, 16]
     assert frame.iloc[0]["tokens_per_s"] > frame.iloc[1]["tokens_per_s"]

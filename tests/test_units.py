@@ -1,7 +1,7 @@
 import pytest
 
-from hardware_specs import SpecError
-from hardware_specs.units import Quantity, parse
+from clustersim.hardware_specs import SpecError
+from clustersim.hardware_specs.units import Quantity, parse
 
 
 @pytest.mark.parametrize("text, kind, expected", [

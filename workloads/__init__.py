@@ -1,11 +1,11 @@
 """What a job *does*: models, training setup, parallel strategies, FLOP and memory formulas,
 and the generators that turn them into a Trace."""
 
-from workloads.job import Job
-from workloads.layout import Axis, ParallelLayout
-from workloads.model import PRESETS, Mlp, Norm, Position, TransformerSpec, resolve
-from workloads.strategy import Offload, Recompute, Schedule, Strategy
-from workloads.training import AttentionKernel, Precision, TrainingSpec
+from clustersim.workloads.job import Job
+from clustersim.workloads.layout import Axis, ParallelLayout
+from clustersim.workloads.model import PRESETS, Mlp, Norm, Position, TransformerSpec, resolve
+from clustersim.workloads.strategy import Offload, Recompute, Schedule, Strategy
+from clustersim.workloads.training import AttentionKernel, Precision, TrainingSpec
 
 __all__ = [
     "AttentionKernel", "Axis", "Job", "Mlp", "Norm", "Offload", "PRESETS", "ParallelLayout",

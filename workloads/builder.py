@@ -28,15 +28,15 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from hardware_specs import OpClass, SpecError
-from workloads.job import Job
-from workloads.layer_ops import Kernel, LayerOps, Pass
-from workloads.layout import Axis, ParallelLayout
-from workloads.memory import stage_memory, stage_params
-from workloads.stages import StagePlan, stage_plans
-from workloads.strategies.pipeline import stage_order
-from workloads.strategy import Offload, Recompute, Zero3Granularity, Zero3Prefetch
-from workloads.trace import (
+from clustersim.hardware_specs import OpClass, SpecError
+from clustersim.workloads.job import Job
+from clustersim.workloads.layer_ops import Kernel, LayerOps, Pass
+from clustersim.workloads.layout import Axis, ParallelLayout
+from clustersim.workloads.memory import stage_memory, stage_params
+from clustersim.workloads.stages import StagePlan, stage_plans
+from clustersim.workloads.strategies.pipeline import stage_order
+from clustersim.workloads.strategy import Offload, Recompute, Zero3Granularity, Zero3Prefetch
+from clustersim.workloads.trace import (
     CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, GroupSet, Op, Phase, Program,
     RecvOp, SendOp, Stream, Trace, validate,
 )

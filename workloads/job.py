@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workloads.layer_ops import model_flops_per_token, recompute_flops_per_token
-from workloads.stages import chunk_layers
-from workloads.memory import StageMemory, memory_per_stage
-from workloads.model import TransformerSpec, check
-from workloads.strategy import Strategy, check_strategy, micro_batches
-from workloads.training import TrainingSpec
+from clustersim.workloads.layer_ops import model_flops_per_token, recompute_flops_per_token
+from clustersim.workloads.stages import chunk_layers
+from clustersim.workloads.memory import StageMemory, memory_per_stage
+from clustersim.workloads.model import TransformerSpec, check
+from clustersim.workloads.strategy import Strategy, check_strategy, micro_batches
+from clustersim.workloads.training import TrainingSpec
 
 
 @dataclass(frozen=True, slots=True)

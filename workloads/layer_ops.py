@@ -16,11 +16,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from hardware_specs import Dtype, OpClass
-from hardware_specs.efficiency import ATTENTION_CLASSES
-from workloads.model import Mlp, Position, TransformerSpec
-from workloads.strategy import Recompute, Strategy
-from workloads.training import AttentionKernel, TrainingSpec
+from clustersim.hardware_specs import Dtype, OpClass
+from clustersim.hardware_specs.efficiency import ATTENTION_CLASSES
+from clustersim.workloads.model import Mlp, Position, TransformerSpec
+from clustersim.workloads.strategy import Recompute, Strategy
+from clustersim.workloads.training import AttentionKernel, TrainingSpec
 
 
 class Pass(enum.Enum):

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from workloads.model import Mlp, TransformerSpec
-from workloads.stages import StagePlan, stage_plans
-from workloads.strategy import (
+from clustersim.workloads.model import Mlp, TransformerSpec
+from clustersim.workloads.stages import StagePlan, stage_plans
+from clustersim.workloads.strategy import (
     Offload, Recompute, Schedule, Strategy, Zero3Granularity, micro_batches,
 )
-from workloads.training import AttentionKernel, TrainingSpec
+from clustersim.workloads.training import AttentionKernel, TrainingSpec
 
 GIB = 2.0**30
 

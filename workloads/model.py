@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hardware_specs import SpecError
-from hardware_specs.fields import MISSING, Fields
-from hardware_specs.textfile import read_text
+from clustersim.hardware_specs import SpecError
+from clustersim.hardware_specs.fields import MISSING, Fields
+from clustersim.hardware_specs.textfile import read_text
 
 
 class Mlp(enum.Enum):

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workloads.model import TransformerSpec
-from workloads.strategy import Strategy
+from clustersim.workloads.model import TransformerSpec
+from clustersim.workloads.strategy import Strategy
 
 
 def chunk_layers(layers: int, strategy: Strategy) -> tuple[int, ...]:

@@ -10,10 +10,10 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hardware_specs import SpecError
-from hardware_specs.fields import Fields
-from workloads.model import TransformerSpec
-from workloads.training import TrainingSpec
+from clustersim.hardware_specs import SpecError
+from clustersim.hardware_specs.fields import Fields
+from clustersim.workloads.model import TransformerSpec
+from clustersim.workloads.training import TrainingSpec
 
 
 class Schedule(enum.Enum):

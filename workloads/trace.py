@@ -22,8 +22,8 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from hardware_specs import OpClass, SpecError
-from workloads.layer_ops import Kernel
+from clustersim.hardware_specs import OpClass, SpecError
+from clustersim.workloads.layer_ops import Kernel
 
 TRACE_VERSION = 1
 

@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hardware_specs import Dtype, OpClass, SpecError
-from workloads.layer_ops import Kernel
-from workloads.trace import (
+from clustersim.hardware_specs import Dtype, OpClass, SpecError
+from clustersim.workloads.layer_ops import Kernel
+from clustersim.workloads.trace import (
     CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, GroupSet, MemoryOp, Op, Phase,
     Program, RecvOp, SendOp, Stream, Trace, validate,
 )

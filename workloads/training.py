@@ -6,8 +6,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hardware_specs import Dtype, SpecError
-from hardware_specs.fields import Fields
+from clustersim.hardware_specs import Dtype, SpecError
+from clustersim.hardware_specs.fields import Fields
 
 
 class Precision(enum.Enum):

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from analysis.calibration.launch import RankEnv, synchronize
+from clustersim.analysis.calibration.launch import RankEnv, synchronize
 
 LOOP_REPS = 4
 """Bursts per timed loop (with or without a collective after each)."""

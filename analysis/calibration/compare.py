@@ -17,17 +17,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hardware_specs import DeviceKind, DeviceSpec, NodeSpec, SpecError, load_catalog
-from hardware_specs.measured_comm import AlphaBeta
-from simulator import StepResult
-from simulator.cost.measured import MeasuredNetwork
-from simulator.engine import StepSimulation
-from workloads import Job, Strategy
-from workloads.strategy import Zero3Prefetch
-from workloads.builder import build_trace
+from clustersim.hardware_specs import DeviceKind, DeviceSpec, NodeSpec, SpecError, load_catalog
+from clustersim.hardware_specs.measured_comm import AlphaBeta
+from clustersim.simulator import StepResult
+from clustersim.simulator.cost.measured import MeasuredNetwork
+from clustersim.simulator.engine import StepSimulation
+from clustersim.workloads import Job, Strategy
+from clustersim.workloads.strategy import Zero3Prefetch
+from clustersim.workloads.builder import build_trace
 
-from analysis.config import RunConfig, config_from_mapping
-from analysis.step import simulation_options
+from clustersim.analysis.config import RunConfig, config_from_mapping
+from clustersim.analysis.step import simulation_options
 
 CALIBRATION_MODEL = {
     "name": "calib-gpt", "layers": 4, "hidden": 256, "heads": 4, "vocab": 2048, "mlp": "gelu",

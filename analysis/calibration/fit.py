@@ -38,17 +38,17 @@ from dataclasses import dataclass, replace
 import numpy as np
 import yaml
 
-from hardware_specs import DeviceSpec, Dtype, EfficiencyCurve, NodeSpec, OpClass, SpecError
-from hardware_specs.device import DeviceEfficiency
-from hardware_specs.efficiency import MEMORY_BOUND
-from hardware_specs.measured_comm import AlphaBeta, CommOp
-from simulator.cost.compute import ComputeModel
-from simulator.cost.measured import measured_time, ring_steps_and_traffic
-from workloads import Job, Strategy
-from workloads.builder import build_trace
-from workloads.model import from_mapping
-from workloads.trace import CollectiveKind, CollectiveOp, ComputeOp
-from workloads.training import training_from_mapping
+from clustersim.hardware_specs import DeviceSpec, Dtype, EfficiencyCurve, NodeSpec, OpClass, SpecError
+from clustersim.hardware_specs.device import DeviceEfficiency
+from clustersim.hardware_specs.efficiency import MEMORY_BOUND
+from clustersim.hardware_specs.measured_comm import AlphaBeta, CommOp
+from clustersim.simulator.cost.compute import ComputeModel
+from clustersim.simulator.cost.measured import measured_time, ring_steps_and_traffic
+from clustersim.workloads import Job, Strategy
+from clustersim.workloads.builder import build_trace
+from clustersim.workloads.model import from_mapping
+from clustersim.workloads.trace import CollectiveKind, CollectiveOp, ComputeOp
+from clustersim.workloads.training import training_from_mapping
 
 ELEMENT_BYTES = 4.0
 """The microbenchmarks run FP32 tensors (``layer_ops``: FP32 activations are 4 bytes)."""

@@ -28,8 +28,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from hardware_specs import SpecError
-from workloads.model import Mlp, Norm, Position, TransformerSpec
+from clustersim.hardware_specs import SpecError
+from clustersim.workloads.model import Mlp, Norm, Position, TransformerSpec
 
 INIT_STD = 0.02
 """GPT-2's initialiser range (Radford et al. 2019, ``initializer_range`` 0.02)."""

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hardware_specs import SpecError
+from clustersim.hardware_specs import SpecError
 
 COLLECTIVE_TIMEOUT_S = 300
 """How long a rank waits in one collective before torch.distributed gives up."""

@@ -24,12 +24,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from analysis.calibration.comm_bench import comm_and_overlap_rank
-from analysis.calibration.fit import reference_job
-from analysis.calibration.gpt import Stage, TensorGroup
-from analysis.calibration.hostload import LoadMeter
-from analysis.calibration.launch import RankEnv, run_ranks, synchronize
-from analysis.calibration.train import batches
+from clustersim.analysis.calibration.comm_bench import comm_and_overlap_rank
+from clustersim.analysis.calibration.fit import reference_job
+from clustersim.analysis.calibration.gpt import Stage, TensorGroup
+from clustersim.analysis.calibration.hostload import LoadMeter
+from clustersim.analysis.calibration.launch import RankEnv, run_ranks, synchronize
+from clustersim.analysis.calibration.train import batches
 
 MICROBENCH_VERSION = 1
 TRIAL_S = 0.01

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from analysis.calibration.compare import Comparison
-from analysis.tables import render
+from clustersim.analysis.calibration.compare import Comparison
+from clustersim.analysis.tables import render
 
 
 def _pct(x: float | None) -> str:

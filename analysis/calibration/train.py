@@ -28,16 +28,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hardware_specs import SpecError
-from workloads import Job, Schedule
-from workloads.layer_ops import Pass
-from workloads.layout import Axis, ParallelLayout
-from workloads.stages import stage_plans
-from workloads.strategies.pipeline import stage_order
+from clustersim.hardware_specs import SpecError
+from clustersim.workloads import Job, Schedule
+from clustersim.workloads.layer_ops import Pass
+from clustersim.workloads.layout import Axis, ParallelLayout
+from clustersim.workloads.stages import stage_plans
+from clustersim.workloads.strategies.pipeline import stage_order
 
-from analysis.calibration.gpt import Stage, TensorGroup
-from analysis.calibration.hostload import host_busy_s
-from analysis.calibration.launch import RankEnv, synchronize
+from clustersim.analysis.calibration.gpt import Stage, TensorGroup
+from clustersim.analysis.calibration.hostload import host_busy_s
+from clustersim.analysis.calibration.launch import RankEnv, synchronize
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -309,7 +309,7 @@ class Measured:
 
 def measure(job: Job, timing: Timing, *, device: str = "cpu", threads: int = 1) -> Measured:
     """Run ``job`` on ``job.strategy.world_size`` spawned ranks and time it."""
-    from analysis.calibration.launch import run_ranks
+    from clustersim.analysis.calibration.launch import run_ranks
     check_runnable(job)
     ranks = run_ranks(train_rank, job.strategy.world_size, (job, timing), device=device,
                       threads=threads)

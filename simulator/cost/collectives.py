@@ -28,9 +28,9 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from hardware_specs import ClusterSpec, ScaleUpKind
-from hardware_specs.topology import Link, LinkKind, Topology
-from workloads.trace import CollectiveKind
+from clustersim.hardware_specs import ClusterSpec, ScaleUpKind
+from clustersim.hardware_specs.topology import Link, LinkKind, Topology
+from clustersim.workloads.trace import CollectiveKind
 
 
 class Algorithm(enum.Enum):

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import math
 
-from hardware_specs import DeviceSpec, Dtype, OpClass
-from hardware_specs.efficiency import ATTENTION_CLASSES, MEMORY_BOUND, for_class
-from workloads.layer_ops import Kernel
-from workloads.trace import ComputeOp
+from clustersim.hardware_specs import DeviceSpec, Dtype, OpClass
+from clustersim.hardware_specs.efficiency import ATTENTION_CLASSES, MEMORY_BOUND, for_class
+from clustersim.workloads.layer_ops import Kernel
+from clustersim.workloads.trace import ComputeOp
 
 # Output tile shapes (m x n) a GEMM library chooses among, with the fraction of the largest
 # tile's per-SM throughput each sustains (smaller tiles re-read operands more often).

@@ -9,10 +9,10 @@ fit for, keep the analytic model.
 
 from __future__ import annotations
 
-from hardware_specs.measured_comm import AlphaBeta, CommOp
-from simulator.cost.collectives import Algorithm, Plan, Protocol
-from simulator.cost.network import Instances, NetworkModel
-from workloads.trace import CollectiveKind
+from clustersim.hardware_specs.measured_comm import AlphaBeta, CommOp
+from clustersim.simulator.cost.collectives import Algorithm, Plan, Protocol
+from clustersim.simulator.cost.network import Instances, NetworkModel
+from clustersim.workloads.trace import CollectiveKind
 
 _OP_OF_KIND = {
     CollectiveKind.ALL_REDUCE: CommOp.ALL_REDUCE,

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from hardware_specs import ClusterSpec
-from hardware_specs.topology import Topology
-from simulator.cost.collectives import (
+from clustersim.hardware_specs import ClusterSpec
+from clustersim.hardware_specs.topology import Topology
+from clustersim.simulator.cost.collectives import (
     COPY_KERNEL_S, Algorithm, CollectivePlanner, Plan, Protocol,
 )
-from workloads.trace import CollectiveKind, CopyKind
+from clustersim.workloads.trace import CollectiveKind, CopyKind
 
 Instances = tuple[tuple[int, ...], ...]
 """The device groups that run one collective at the same time (e.g. all DP groups of a stage)."""

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workloads.layer_ops import Pass
-from workloads.strategy import Schedule
+from clustersim.workloads.layer_ops import Pass
+from clustersim.workloads.strategy import Schedule
 
 
 @dataclass(frozen=True, slots=True)

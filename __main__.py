@@ -1,0 +1,7 @@
+"""``python -m clustersim``: the command line."""
+
+import sys
+
+from clustersim.analysis.cli import main
+
+sys.exit(main())
