@@ -3,7 +3,7 @@
 With a sharded checkpoint (every node writes its share, as PyTorch DCP and Megatron's
 distributed checkpoint do) saved at Young's optimum interval (never shorter than one step,
 since checkpoints fall between steps), the fraction of time lost is Young's d/t + t/(2M)
-(``simulator.checkpointing``), M being the job's mean time between unexpected interruptions
+(``simulator.longrun.checkpointing``), M being the job's mean time between unexpected interruptions
 from the cluster's failure model. Restart time is left out here; ``clustersim failures``
 studies recovery in full.
 """
@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clustersim.hardware_specs import ClusterSpec
-from clustersim.simulator.checkpointing import (
+from clustersim.simulator.longrun.checkpoint_state import checkpoint_state
+from clustersim.simulator.longrun.checkpointing import (
     CheckpointPolicy, CheckpointSetup, IntervalRule, checkpoint_cost, optimal_interval,
     young_waste,
 )
@@ -43,7 +44,7 @@ def exposure(job: Job, cluster: ClusterSpec, step_time_s: float) -> Exposure:
         return Exposure(interruptions_per_day=0.0, checkpoint_pause_s=0.0,
                         checkpoint_interval_s=float("inf"), waste=0.0)
     cost = checkpoint_cost(CheckpointSetup(policy=POLICY, storage=cluster.checkpoint_storage),
-                           job, cluster)
+                           checkpoint_state(job), cluster)
     interval = max(optimal_interval(IntervalRule.YOUNG, cost, mtbf), step_time_s)
     waste = min(1.0, young_waste(interval, cost.blocking_s, mtbf))
     return Exposure(interruptions_per_day=86400.0 / mtbf, checkpoint_pause_s=cost.blocking_s,

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clustersim.hardware_specs import SpecError
-    from clustersim.simulator.montecarlo import default_workers
+    from clustersim.simulator.longrun.montecarlo import default_workers
 
     from clustersim.analysis.config import load_config
     from clustersim.analysis.failures_config import MAX_DAYS, failure_spec

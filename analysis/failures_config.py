@@ -24,8 +24,10 @@ from clustersim.hardware_specs import SpecError
 from clustersim.hardware_specs.failures import FailureModel, failure_model_from_mapping, without_planned
 from clustersim.hardware_specs.fields import Fields
 from clustersim.hardware_specs.units import Quantity
-from clustersim.simulator.checkpointing import CheckpointPolicy, CheckpointSetup, IntervalRule
-from clustersim.simulator.recovery import RecoveryKind, RecoveryPolicy
+from clustersim.simulator.longrun.checkpointing import (
+    CheckpointPolicy, CheckpointSetup, IntervalRule,
+)
+from clustersim.simulator.longrun.recovery import RecoveryKind, RecoveryPolicy
 
 from clustersim.analysis.config import RunConfig
 

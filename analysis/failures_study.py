@@ -15,15 +15,16 @@ import numpy as np
 
 from clustersim.hardware_specs.failures import DegradationSpec, FailureModel
 from clustersim.simulator import Faults, SimulationOptions, simulate
-from clustersim.simulator.checkpointing import (
+from clustersim.simulator.longrun.checkpoint_state import checkpoint_state
+from clustersim.simulator.longrun.checkpointing import (
     CheckpointCost, checkpoint_cost, optimal_interval, young_interval,
 )
-from clustersim.simulator.fault_impact import FaultImpact, fault_impact
-from clustersim.simulator.longrun_plan import (
+from clustersim.simulator.longrun.fault_impact import FaultImpact, fault_impact
+from clustersim.simulator.longrun.plan import (
     CauseClock, DegradationPlan, RunPlan, RunResult, StepTable,
 )
-from clustersim.simulator.montecarlo import run_seeds
-from clustersim.simulator.recovery import RecoveryKind
+from clustersim.simulator.longrun.montecarlo import run_seeds
+from clustersim.simulator.longrun.recovery import RecoveryKind
 from clustersim.workloads import Axis, Job, ParallelLayout
 from clustersim.workloads.builder import build_trace
 
@@ -152,7 +153,7 @@ def prepare(config: RunConfig, spec: FailureStudySpec) -> Prepared:
     step_s = spec.step_time_s or report.result.step_time_s
     scale = step_s / report.result.step_time_s if report else 1.0
     nodes = cluster.num_nodes
-    cost = checkpoint_cost(spec.checkpoint, job, cluster)
+    cost = checkpoint_cost(spec.checkpoint, checkpoint_state(job), cluster)
     mtbf = model.job_mtbf_s(nodes)
     young = young_interval(max(cost.blocking_s, 1e-9), mtbf) if math.isfinite(mtbf) else math.inf
     interval = optimal_interval(spec.interval_rule, cost, mtbf,

@@ -13,10 +13,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from clustersim.simulator.checkpointing import (
+from clustersim.simulator.longrun.checkpoint_state import checkpoint_state
+from clustersim.simulator.longrun.checkpointing import (
     CheckpointPolicy, IntervalRule, checkpoint_cost, optimal_interval,
 )
-from clustersim.simulator.montecarlo import run_seeds
+from clustersim.simulator.longrun.montecarlo import run_seeds
 
 from clustersim.analysis.failures_study import Z95, Prepared
 
@@ -42,7 +43,8 @@ def fitted_optimum(intervals, waste) -> float | None:
 def with_policy(prepared: Prepared, policy: CheckpointPolicy) -> Prepared:
     """The same study with another checkpoint policy, at its own Young/Daly interval."""
     setup = replace(prepared.spec.checkpoint, policy=policy)
-    cost = checkpoint_cost(setup, prepared.config.job, prepared.config.cluster)
+    config = prepared.config
+    cost = checkpoint_cost(setup, checkpoint_state(config.job), config.cluster)
     young = optimal_interval(IntervalRule.YOUNG, cost, prepared.mtbf_s)
     spec = replace(prepared.spec, checkpoint=setup)
     out = replace(prepared, spec=spec, cost=cost, young_interval_s=young,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bench_engine import bare_simpy_seconds    # the same reference loop as the engine bench
 
-from clustersim.simulator.montecarlo import default_workers, run_seeds
+from clustersim.simulator.longrun.montecarlo import default_workers, run_seeds
 
 from clustersim.analysis.config import load_config
 from clustersim.analysis.failures_config import failure_spec

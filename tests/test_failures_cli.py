@@ -7,7 +7,7 @@ import json
 import pytest
 
 from clustersim.simulator import Faults
-from clustersim.simulator.fault_impact import fault_impact
+from clustersim.simulator.longrun.fault_impact import fault_impact
 from clustersim.workloads import Strategy
 from clustersim.workloads.builder import build_trace
 

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from clustersim.hardware_specs.failures import FailureCause, HazardSpec
-from clustersim.simulator.checkpointing import (
+from clustersim.simulator.longrun.checkpointing import (
     CheckpointCost, CheckpointLevel, CheckpointPolicy, young_interval, young_waste,
 )
-from clustersim.simulator.longrun_plan import CauseClock, RunPlan, StepTable
-from clustersim.simulator.montecarlo import run_one, run_seeds
-from clustersim.simulator.recovery import RecoveryKind, RecoveryPolicy
+from clustersim.simulator.longrun.plan import CauseClock, RunPlan, StepTable
+from clustersim.simulator.longrun.montecarlo import run_one, run_seeds
+from clustersim.simulator.longrun.recovery import RecoveryKind, RecoveryPolicy
 
 from clustersim.analysis.failures_sweep import fitted_optimum
 
@@ -187,7 +187,7 @@ def test_planned_maintenance_costs_a_save_and_a_restart_but_no_work():
 
 def test_stragglers_slow_the_job_for_their_duration():
     from clustersim.hardware_specs.failures import Distribution, DistributionKind
-    from clustersim.simulator.longrun_plan import DegradationPlan
+    from clustersim.simulator.longrun.plan import DegradationPlan
     slow = DegradationPlan(rate_per_node_s=1.0 / (10 * HOUR),
                            slowdown=Distribution(kind=DistributionKind.FIXED, value=2.0),
                            duration=Distribution(kind=DistributionKind.FIXED, value=HOUR),
@@ -204,7 +204,7 @@ def test_evicting_long_stragglers_trades_slowdown_for_downtime():
     """FALCON (arXiv 2410.12588) reports fail-slows lasting up to ~10 h; evicting after 10 min
     turns most of their slowdown into one save-and-restart each."""
     from clustersim.hardware_specs.failures import Distribution, DistributionKind
-    from clustersim.simulator.longrun_plan import DegradationPlan
+    from clustersim.simulator.longrun.plan import DegradationPlan
     slow = DegradationPlan(rate_per_node_s=1.0 / (20 * HOUR),
                            slowdown=Distribution(kind=DistributionKind.FIXED, value=3.0),
                            duration=Distribution(kind=DistributionKind.FIXED, value=5 * HOUR),

@@ -12,12 +12,13 @@ from clustersim.hardware_specs.failures import (
     failure_model_from_mapping,
 )
 from clustersim.hardware_specs.fields import Fields
-from clustersim.simulator.checkpointing import (
-    CheckpointLevel, CheckpointPolicy, CheckpointSetup, checkpoint_bytes, checkpoint_cost,
+from clustersim.simulator.longrun.checkpointing import (
+    CheckpointLevel, CheckpointPolicy, CheckpointSetup, checkpoint_cost,
     daly_interval, young_interval,
 )
-from clustersim.simulator.lifetimes import draw, lifetimes
-from clustersim.simulator.longrun_cycle import Cycle, Level
+from clustersim.simulator.longrun.checkpoint_state import checkpoint_bytes, checkpoint_state
+from clustersim.simulator.longrun.lifetimes import draw, lifetimes
+from clustersim.simulator.longrun.cycle import Cycle, Level
 
 from clustersim.analysis.config import load_config
 from clustersim.analysis.failures_config import failure_spec
@@ -121,14 +122,15 @@ def test_checkpoint_times_follow_bandwidth_and_writers():
     config = load_config(REPO / "examples" / "failures_llama3_405b.yaml")
     job, cluster = config.job, config.cluster
     storage = cluster.checkpoint_storage
-    costs = {p: checkpoint_cost(CheckpointSetup(policy=p, storage=storage), job, cluster)
+    held = checkpoint_state(job)
+    costs = {p: checkpoint_cost(CheckpointSetup(policy=p, storage=storage), held, cluster)
              for p in CheckpointPolicy}
     state = job.model.parameters * 14.0
     assert costs[CheckpointPolicy.SHARDED].blocking_s == pytest.approx(state / 2e12)
     # One replica's 16 nodes reach 16 x 400 GB/s > 2 TB/s: also storage-bound.
     assert costs[CheckpointPolicy.SYNC].blocking_s == pytest.approx(state / 2e12)
     slow_nodes = checkpoint_cost(CheckpointSetup(policy=CheckpointPolicy.SYNC, storage=storage,
-                                                 node_storage_bandwidth=25e9), job, cluster)
+                                                 node_storage_bandwidth=25e9), held, cluster)
     assert slow_nodes.blocking_s == pytest.approx(state / (16 * 25e9))
     async_ = costs[CheckpointPolicy.ASYNC]
     assert async_.blocking_s < 0.5 and async_.levels[0].background_s == pytest.approx(state / 2e12)
@@ -136,8 +138,22 @@ def test_checkpoint_times_follow_bandwidth_and_writers():
     assert [lv.durable for lv in memory.levels] == [False, True]
     assert memory.levels[0].load_s < memory.levels[1].load_s
     measured = checkpoint_cost(CheckpointSetup(policy=CheckpointPolicy.SYNC, storage=storage,
-                                               save_time_s=40.0), job, cluster)
+                                               save_time_s=40.0), held, cluster)
     assert measured.blocking_s == 40.0
+
+
+def test_checkpoint_cost_needs_only_byte_counts(catalog):
+    """No job: 1 TB written by a 2-node replica (16 GPUs, 8 per node) to a tier of the
+    cluster; doubling the state doubles a storage-bound pause."""
+    from clustersim.simulator.longrun.checkpointing import CheckpointState
+    cluster = catalog.cluster(device="h100-sxm", num_devices=64)
+    setup = CheckpointSetup(policy=CheckpointPolicy.SYNC, storage=cluster.checkpoint_storage,
+                            node_storage_bandwidth=10e9)
+    one = CheckpointState(total_bytes=1e12, device_bytes=1e12 / 16, replica_devices=16)
+    two = CheckpointState(total_bytes=2e12, device_bytes=2e12 / 16, replica_devices=16)
+    pause = checkpoint_cost(setup, one, cluster).blocking_s
+    assert pause == pytest.approx(1e12 / (2 * 10e9))
+    assert checkpoint_cost(setup, two, cluster).blocking_s == pytest.approx(2 * pause)
 
 
 @pytest.mark.parametrize("mtbf_min, optimum_min", [(24 * 60, 117), (6 * 60, 57), (15, 9.1)])

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from clustersim.simulator.checkpointing import young_interval, young_waste
+from clustersim.simulator.longrun.checkpointing import young_interval, young_waste
 
 from clustersim.analysis.config import load_config
 from clustersim.analysis.failures_config import failure_spec

@@ -1,8 +1,8 @@
 """One long-horizon run of a training job under failures: SimPy processes, the step as the unit.
 
-Processes: failures of the job's nodes (``longrun_fleet``); straggler and degraded-link
+Processes: failures of the job's nodes (``fleet``); straggler and degraded-link
 sources; a horizon marker; and the job, which trains at a rate (healthy steps per second) set by
-the engine's step times, checkpoints periodically (in closed form, see ``longrun_cycle``), and
+the engine's step times, checkpoints periodically (in closed form, see ``cycle``), and
 on each failure rolls back, waits and restarts as its recovery policy says. Every other process
 tells the job what happened by interrupting it.
 
@@ -25,13 +25,13 @@ from functools import partial
 import numpy as np
 import simpy
 
-from clustersim.simulator.lifetimes import draw
-from clustersim.simulator.longrun_cycle import Cycle, Level
-from clustersim.simulator.longrun_fleet import Fleet
-from clustersim.simulator.longrun_plan import (
+from clustersim.simulator.longrun.lifetimes import draw
+from clustersim.simulator.longrun.cycle import Cycle, Level
+from clustersim.simulator.longrun.fleet import Fleet
+from clustersim.simulator.longrun.plan import (
     CauseClock, DegradationPlan, Event, RunPlan, RunResult, Segment,
 )
-from clustersim.simulator.recovery import RecoveryKind
+from clustersim.simulator.longrun.recovery import RecoveryKind
 
 MAX_HORIZONS = 50
 """A run that has not trained its budget after this many horizons stops (time_to_train = inf)."""

@@ -8,8 +8,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from clustersim.simulator.longrun import JobRun
-from clustersim.simulator.longrun_plan import RunPlan, RunResult
+from clustersim.simulator.longrun.job_run import JobRun
+from clustersim.simulator.longrun.plan import RunPlan, RunResult
 
 _PLAN: RunPlan | None = None
 

@@ -1,10 +1,8 @@
 """Checkpoint policies: how long a save pauses training, how long until it is usable, how long
 a restore takes, from the checkpoint's size and the bandwidth of the tier it goes to.
 
-Sizes: a checkpoint holds the weights and the optimizer state, not the gradients. Mixed-precision
-Adam keeps 2 (16-bit weights) + 12 (FP32 master weights, momentum, variance) bytes per parameter
-(Rajbhandari et al., ZeRO, SC'20 sec. 3); BLOOM-176B's checkpoints were 2.3 TB = 176e9 x 14 bytes
-(bigscience tr11-176B-ml README, "Checkpoints"). FP32 training keeps 4 + 8.
+Sizes come in as byte counts (:class:`CheckpointState`); ``checkpoint_state.py`` says what a
+job's checkpoint holds.
 
 Bandwidth: writers share a cluster-wide tier (a parallel file system) up to its bandwidth, and
 each writer node is also bounded by its own path to storage; a node-scoped tier (local NVMe)
@@ -24,7 +22,6 @@ import math
 from dataclasses import dataclass
 
 from clustersim.hardware_specs import ClusterSpec, MemoryTierSpec
-from clustersim.workloads import Job
 
 
 class CheckpointPolicy(enum.Enum):
@@ -90,15 +87,17 @@ class CheckpointCost:
                 "blocking_s": self.blocking_s, "levels": [lv.to_dict() for lv in self.levels]}
 
 
-def checkpoint_bytes(job: Job) -> float:
-    """Weights + optimizer state of the whole model (see the module docstring)."""
-    per_param = 2.0 + 12.0 if job.training.precision.mixed else 4.0 + 8.0
-    return job.model.parameters * per_param
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointState:
+    """What a checkpoint holds, in bytes: all the cost model needs to know of the job
+    (:func:`~clustersim.simulator.longrun.checkpoint_state.checkpoint_state` reads it off a job)."""
 
-
-def device_state_bytes(job: Job) -> float:
-    """Weights + optimizer state one GPU holds (largest pipeline stage): what it snapshots."""
-    return max(s.memory.weights + s.memory.optimizer + s.offloaded_bytes for s in job.memory())
+    total_bytes: float
+    """Weights + optimizer state of the whole model (what storage holds)."""
+    device_bytes: float
+    """Weights + optimizer state the fullest GPU holds: what it snapshots to host memory."""
+    replica_devices: int
+    """GPUs that together hold one full copy (tp x pp x cp): the writers of a sync save."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -119,17 +118,18 @@ class CheckpointSetup:
     """In-memory: every n-th checkpoint also goes to storage."""
 
 
-def checkpoint_cost(setup: CheckpointSetup, job: Job, cluster: ClusterSpec) -> CheckpointCost:
-    """Pause, background and restore times of ``setup`` for ``job`` on ``cluster``."""
-    state = checkpoint_bytes(job)
+def checkpoint_cost(setup: CheckpointSetup, held: CheckpointState,
+                    cluster: ClusterSpec) -> CheckpointCost:
+    """Pause, background and restore times of ``setup`` for a checkpoint of ``held`` on
+    ``cluster``."""
+    state = held.total_bytes
     nodes = cluster.num_nodes
     gpn = cluster.devices_per_node
     node_bw = setup.node_storage_bandwidth or cluster.node.network_bandwidth
-    s = job.strategy
-    replica_nodes = max(1, math.ceil(s.tp * s.pp * s.cp / gpn))
+    replica_nodes = max(1, math.ceil(held.replica_devices / gpn))
     all_write = state / setup.storage.reach(nodes, gpn, True, node_bw)
     load = setup.load_time_s or state / setup.storage.reach(nodes, gpn, False, node_bw)
-    device_state = device_state_bytes(job)
+    device_state = held.device_bytes
     host_bw = min(cluster.node.pcie_bandwidth, cluster.per_device(cluster.host_memory, write=True))
     snapshot = device_state / host_bw
     policy = setup.policy

@@ -11,8 +11,8 @@ import bisect
 from dataclasses import dataclass, field
 
 from clustersim.hardware_specs.failures import Distribution, FailureCause, HazardSpec
-from clustersim.simulator.checkpointing import CheckpointCost
-from clustersim.simulator.recovery import RecoveryPolicy
+from clustersim.simulator.longrun.checkpointing import CheckpointCost
+from clustersim.simulator.longrun.recovery import RecoveryPolicy
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

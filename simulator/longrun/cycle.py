@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from clustersim.simulator.checkpointing import CheckpointLevel
+from clustersim.simulator.longrun.checkpointing import CheckpointLevel
 
 
 class Cycle:

@@ -14,8 +14,8 @@ import math
 import numpy as np
 
 from clustersim.hardware_specs.failures import Hazard
-from clustersim.simulator.lifetimes import lifetimes
-from clustersim.simulator.longrun_plan import RunPlan
+from clustersim.simulator.longrun.lifetimes import lifetimes
+from clustersim.simulator.longrun.plan import RunPlan
 
 
 class Fleet:
