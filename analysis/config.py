@@ -17,7 +17,7 @@ from clustersim.hardware_specs.fields import Fields
 from clustersim.hardware_specs.memory import MemoryTierSpec, TierKind
 from clustersim.hardware_specs.textfile import load_yaml
 from clustersim.workloads import Job
-from clustersim.workloads.model import resolve
+from clustersim.workloads.model_sources import resolve
 from clustersim.workloads.strategy import strategy_from_mapping
 from clustersim.workloads.training import training_from_mapping
 

@@ -348,7 +348,7 @@ def test_activations_and_the_loss_get_their_own_measured_curve(catalog):
     the layer model are timed by it, the norms and adds by the element-wise one."""
     from clustersim.simulator.cost.compute import ComputeModel
     from clustersim.workloads.layer_ops import LayerOps
-    from clustersim.workloads.model import resolve
+    from clustersim.workloads.model_sources import resolve
     from clustersim.workloads.training import training_from_mapping
     slow = [{"kind": "elementwise", "op": "gelu.fwd", "elements": e, "time_s": 8.0 * e / 2.5e9}
             for e in (1 << 16, 1 << 20, 1 << 22)]

@@ -4,7 +4,8 @@ import pytest
 
 from clustersim.hardware_specs import SpecError
 from clustersim.workloads.layer_ops import model_flops_per_token
-from clustersim.workloads.model import PRESETS, from_hf_config, resolve
+from clustersim.workloads.model import PRESETS
+from clustersim.workloads.model_sources import from_hf_config, resolve
 
 
 @pytest.mark.parametrize("name, published", [

@@ -3,7 +3,8 @@ and the generators that turn them into a Trace."""
 
 from clustersim.workloads.job import Job
 from clustersim.workloads.layout import Axis, ParallelLayout
-from clustersim.workloads.model import PRESETS, Mlp, Norm, Position, TransformerSpec, resolve
+from clustersim.workloads.model import PRESETS, Mlp, Norm, Position, TransformerSpec
+from clustersim.workloads.model_sources import resolve
 from clustersim.workloads.strategy import Offload, Recompute, Schedule, Strategy
 from clustersim.workloads.training import AttentionKernel, Precision, TrainingSpec
 

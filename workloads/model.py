@@ -8,15 +8,11 @@ Narayanan et al. (SC'21) eq. (2) P = 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)).
 from __future__ import annotations
 
 import enum
-import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from clustersim.hardware_specs import SpecError
 from clustersim.hardware_specs.fields import MISSING, Fields
-from clustersim.hardware_specs.textfile import read_text
 
 
 class Mlp(enum.Enum):
@@ -37,9 +33,26 @@ class Position(enum.Enum):
     ALIBI = "alibi"
 
 
+class LocalAttention(enum.Enum):
+    """How the layers that do not attend to the whole sequence restrict their keys."""
+
+    NONE = "none"
+    SLIDING = "sliding"
+    """Each query sees the last ``local_window`` keys (Mistral 7B, gpt-oss's banded layers)."""
+    CHUNKED = "chunked"
+    """The sequence is cut into chunks of ``local_window``; a query sees its own chunk only
+    (Llama 4's local layers, HF ``attention_chunk_size``)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TransformerSpec:
-    """A decoder-only transformer; sizes in elements, counts in parameters."""
+    """A decoder-only transformer; sizes in elements, counts in parameters.
+
+    Layers may differ: a mixture of experts can keep its first layers dense
+    (``first_dense_layers``, DeepSeek-V3) or put experts on every n-th layer only
+    (``moe_layer_step``, Llama 4 Maverick), and local-attention layers can alternate with
+    global ones (``global_attention_every``). :meth:`is_moe_layer` and :meth:`layer_parts`
+    say what layer i is."""
 
     name: str
     layers: int
@@ -48,12 +61,14 @@ class TransformerSpec:
     kv_heads: int
     """Key/value heads: equal to ``heads`` for MHA, fewer for GQA, 1 for MQA."""
     ffn_hidden: int
+    """Width of a dense MLP (the dense layers of a mixture of experts)."""
     vocab: int
     mlp: Mlp
     tied_embeddings: bool
     head_dim: int
+    """Query/key width per head (MLA: qk_nope_head_dim + qk_rope_head_dim)."""
     bias: bool = False
-    """Linear layers (and LayerNorms) carry biases (GPT-3, BLOOM) or not (Llama, MPT)."""
+    """Linear layers (and LayerNorms) carry biases (GPT-3, BLOOM, gpt-oss) or not (Llama, MPT)."""
     norm: Norm = Norm.LAYERNORM
     position: Position = Position.ROPE
     max_positions: int = 2048
@@ -63,20 +78,121 @@ class TransformerSpec:
     embedding_norm: bool = False
     """A norm right after the token embedding (BLOOM)."""
     num_experts: int = 1
-    """Experts per MoE layer; 1 means a dense MLP."""
+    """Routed experts per MoE layer; 1 means a dense MLP."""
     top_k: int = 1
-    """Experts each token is routed to."""
+    """Routed experts each token goes to."""
     moe_ffn_hidden: int = 0
-    """Hidden width of one expert (0: same as ``ffn_hidden``)."""
+    """Hidden width of one routed expert (0: same as ``ffn_hidden``)."""
+    shared_experts: int = 0
+    """Experts every token passes through beside its routed ones (DeepSeekMoE, Dai et al. 2024,
+    arXiv 2401.06066 sec. 3.2; DeepSeek-V3 and Llama 4 have one)."""
+    shared_expert_ffn: int = 0
+    """Hidden width of one shared expert (0: the routed experts' width)."""
+    router_bias: bool = False
+    """A per-expert bias in the router (gpt-oss; DeepSeek-V3's ``e_score_correction_bias``)."""
+    first_dense_layers: int = 0
+    """The first k layers keep a dense MLP of ``ffn_hidden`` (DeepSeek-V3: 3, HF
+    ``first_k_dense_replace``)."""
+    moe_layer_step: int = 1
+    """Layer i (from 0) is a MoE layer when (i + 1) is a multiple of this (Llama 4 Maverick: 2,
+    HF ``interleave_moe_layer_step``; Qwen ``decoder_sparse_step``)."""
+    expert_groups: int = 1
+    """Node-limited routing: experts fall in this many groups (DeepSeek-V3: 8, one per node)."""
+    expert_group_limit: int = 0
+    """...and a token reaches at most this many groups (DeepSeek-V3: 4; 0: no limit)."""
+    mtp_layers: int = 0
+    """Multi-token-prediction modules after the last layer (DeepSeek-V3 sec. 2.2: one; each is
+    a transformer layer, two norms and a 2h x h projection, sharing embedding and LM head)."""
+    q_lora_rank: int = 0
+    """MLA (DeepSeek-V2, arXiv 2405.04434 sec. 2.1): rank of the compressed query (0: a full
+    h x heads*head_dim query projection)."""
+    kv_lora_rank: int = 0
+    """MLA: rank of the compressed key/value latent; 0 means standard (GQA/MHA) attention."""
+    qk_rope_head_dim: int = 0
+    """MLA: the decoupled rotary part of each query/key head (one shared rotary key)."""
+    v_head_dim: int = 0
+    """Value width per head (0: ``head_dim``; MLA: 128 while queries/keys have 192)."""
+    qk_norm: bool = False
+    """Per-head RMSNorm weights on queries and keys (Qwen3)."""
+    attention_sinks: bool = False
+    """A learned sink logit per head (gpt-oss)."""
+    local_attention: LocalAttention = LocalAttention.NONE
+    local_window: int = 0
+    """Keys a local-attention query may see (sliding) or the chunk length (chunked)."""
+    global_attention_every: int = 0
+    """With local attention, layer i is global when (i + 1) is a multiple of this (gpt-oss: 2,
+    Llama 4: 4); 0: every layer is local."""
+    vision_params: int = 0
+    """Parameters of a vision encoder and projector that the published total includes (Llama 4);
+    counted in :attr:`parameters`, never simulated (the trace runs the text model)."""
+
+    # --- attention ---------------------------------------------------------------------
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_nope_head_dim(self) -> int:
+        return self.head_dim - self.qk_rope_head_dim
+
+    @property
+    def value_head_dim(self) -> int:
+        return self.v_head_dim or self.head_dim
 
     @property
     def q_dim(self) -> int:
+        """Width of all query heads (and of all key heads under MLA)."""
         return self.heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
+        """Width of the key heads (MLA: decompressed per head, one for every query head)."""
         return self.kv_heads * self.head_dim
 
+    @property
+    def v_dim(self) -> int:
+        """Width of the value heads, which is also the attention output's."""
+        return self.kv_heads * self.value_head_dim
+
+    @property
+    def attn_out_dim(self) -> int:
+        """Input width of the output projection: every query head's value-sized output."""
+        return self.heads * self.value_head_dim
+
+    def is_global_attention(self, layer: int) -> bool:
+        if self.local_attention is LocalAttention.NONE:
+            return True
+        every = self.global_attention_every
+        return bool(every) and (layer + 1) % every == 0
+
+    @property
+    def norm_params(self) -> int:
+        return self.hidden * (2 if self.norm is Norm.LAYERNORM and self.bias else 1)
+
+    def attention_tensors(self) -> tuple[int, ...]:
+        """Sizes of the attention's parameter tensors, in module order."""
+        h = self.hidden
+        if self.is_mla:
+            heads, rope, lora_q, lora_kv = self.heads, self.qk_rope_head_dim, \
+                self.q_lora_rank, self.kv_lora_rank
+            q = ((h * lora_q, lora_q, lora_q * self.q_dim) if lora_q else (h * self.q_dim,))
+            kv = (h * (lora_kv + rope), lora_kv,
+                  lora_kv * heads * (self.qk_nope_head_dim + self.value_head_dim))
+            return q + kv + (self.attn_out_dim * h,)
+        q, k, v = self.q_dim, self.kv_dim, self.v_dim
+        out: tuple[int, ...] = (h * (q + k + v),) + ((q + k + v,) if self.bias else ())
+        out += (self.attn_out_dim * h,) + ((h,) if self.bias else ())
+        if self.qk_norm:
+            out += (self.head_dim, self.head_dim)
+        if self.attention_sinks:
+            out += (self.heads,)
+        return out
+
+    @property
+    def attention_params(self) -> int:
+        return sum(self.attention_tensors())
+
+    # --- MLPs and experts --------------------------------------------------------------
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 1
@@ -86,57 +202,92 @@ class TransformerSpec:
         return self.moe_ffn_hidden or self.ffn_hidden
 
     @property
-    def norm_params(self) -> int:
-        return self.hidden * (2 if self.norm is Norm.LAYERNORM and self.bias else 1)
+    def shared_ffn(self) -> int:
+        return self.shared_expert_ffn or self.expert_ffn
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return (self.is_moe and layer >= self.first_dense_layers
+                and (layer + 1) % self.moe_layer_step == 0)
 
     @property
-    def attention_params(self) -> int:
-        h, q, kv = self.hidden, self.q_dim, self.kv_dim
-        weights = h * (q + 2 * kv) + q * h
-        return weights + ((q + 2 * kv + h) if self.bias else 0)
+    def moe_layers(self) -> int:
+        return sum(1 for i in range(self.layers) if self.is_moe_layer(i))
+
+    def mlp_tensors(self, ffn: int) -> tuple[int, ...]:
+        h, mats = self.hidden, (3 if self.mlp is Mlp.SWIGLU else 2)
+        return (h * ffn,) * mats + (((ffn,) * (mats - 1) + (h,)) if self.bias else ())
 
     def mlp_params(self, ffn: int) -> int:
         """One MLP (or one expert) of width ``ffn``."""
-        h = self.hidden
-        if self.mlp is Mlp.SWIGLU:
-            return 3 * h * ffn + ((2 * ffn + h) if self.bias else 0)
-        return 2 * h * ffn + ((ffn + h) if self.bias else 0)
+        return sum(self.mlp_tensors(ffn))
 
     @property
-    def dense_layer_params(self) -> int:
-        """A layer's parameters outside the experts (attention, norms, router)."""
-        router = self.hidden * self.num_experts if self.is_moe else 0
-        return self.attention_params + 2 * self.norm_params + router
+    def router_params(self) -> int:
+        return self.hidden * self.num_experts + (self.num_experts if self.router_bias else 0)
 
     @property
-    def expert_layer_params(self) -> int:
-        """A layer's MLP parameters: all experts, or the one dense MLP."""
-        if self.is_moe:
-            return self.num_experts * self.mlp_params(self.expert_ffn)
-        return self.mlp_params(self.ffn_hidden)
+    def routed_expert_params(self) -> int:
+        """All routed experts of one MoE layer: what expert parallelism splits."""
+        return self.num_experts * self.mlp_params(self.expert_ffn)
+
+    def layer_parts(self, layer: int) -> tuple[int, int]:
+        """(dense, expert) parameters of layer ``layer``: the expert part is its routed experts
+        (0 in a dense layer); the dense part is everything else, shared experts and router
+        included."""
+        base = self.attention_params + 2 * self.norm_params
+        if self.is_moe_layer(layer):
+            shared = self.shared_experts * self.mlp_params(self.shared_ffn)
+            return base + self.router_params + shared, self.routed_expert_params
+        return base + self.mlp_params(self.ffn_hidden), 0
+
+    def layer_total(self, layer: int) -> int:
+        return sum(self.layer_parts(layer))
+
+    def params_of_layers(self, layers) -> tuple[int, int]:
+        """(dense, expert) parameters of the given layer indices."""
+        parts = [self.layer_parts(i) for i in layers]
+        return sum(p[0] for p in parts), sum(p[1] for p in parts)
 
     @property
-    def layer_params(self) -> int:
+    def dense_layer_params(self) -> float:
+        """A layer's parameters outside the routed experts (attention, norms, router, shared
+        experts; a dense model's MLP is on :attr:`expert_layer_params`). The mean over layers
+        when they differ."""
+        if not self.is_moe:
+            return self.attention_params + 2 * self.norm_params
+        return self.params_of_layers(range(self.layers))[0] / self.layers
+
+    @property
+    def expert_layer_params(self) -> float:
+        """A layer's MLP parameters: all routed experts, or the one dense MLP (mean over layers
+        when they differ)."""
+        if not self.is_moe:
+            return self.mlp_params(self.ffn_hidden)
+        return self.params_of_layers(range(self.layers))[1] / self.layers
+
+    @property
+    def layer_params(self) -> float:
         return self.dense_layer_params + self.expert_layer_params
 
     def layer_tensors(self) -> tuple[int, ...]:
-        """Sizes of a layer's parameter tensors in the usual module order (norm, QKV, proj,
-        norm, MLP weights and biases): what per-tensor ZeRO-3 gathers one by one."""
-        h, q, kv = self.hidden, self.q_dim, self.kv_dim
+        """Sizes of a layer's parameter tensors in the usual module order (norm, attention,
+        norm, MLP or router, shared and routed experts): what per-tensor ZeRO-3 gathers one by
+        one. A mixture of experts gives its MoE layer."""
+        h = self.hidden
         norm = (h, h) if self.norm is Norm.LAYERNORM and self.bias else (h,)
-        out: list[int] = list(norm) + [h * (q + 2 * kv)] + ([q + 2 * kv] if self.bias else [])
-        out += [q * h] + ([h] if self.bias else []) + list(norm)
-        ffn = self.expert_ffn if self.is_moe else self.ffn_hidden
-        mats = 3 if self.mlp is Mlp.SWIGLU else 2
-        experts = self.num_experts if self.is_moe else 1
-        if self.is_moe:
-            out.append(h * self.num_experts)
-        for _ in range(experts):
-            out += [h * ffn] * mats
-            if self.bias:
-                out += [ffn] * (mats - 1) + [h]
+        out: list[int] = list(norm) + list(self.attention_tensors()) + list(norm)
+        if not self.is_moe:
+            return tuple(out + list(self.mlp_tensors(self.ffn_hidden)))
+        out.append(h * self.num_experts)
+        if self.router_bias:
+            out.append(self.num_experts)
+        for _ in range(self.shared_experts):
+            out += self.mlp_tensors(self.shared_ffn)
+        for _ in range(self.num_experts):
+            out += self.mlp_tensors(self.expert_ffn)
         return tuple(out)
 
+    # --- the whole model -----------------------------------------------------------------
     @property
     def embedding_params(self) -> int:
         """Token embedding, learned positions and the optional embedding norm (first stage)."""
@@ -149,16 +300,44 @@ class TransformerSpec:
         return self.norm_params + (0 if self.tied_embeddings else self.vocab * self.hidden)
 
     @property
+    def mtp_module_params(self) -> int:
+        """One multi-token-prediction module without the embedding and LM head it shares:
+        a layer like the last one, the two input norms, the 2h x h projection and the head's
+        norm (DeepSeek-V3 sec. 2.2; the checkpoint's ``model.layers.61``)."""
+        return (self.layer_total(self.layers - 1) + 3 * self.norm_params
+                + 2 * self.hidden * self.hidden)
+
+    @property
+    def mtp_params(self) -> int:
+        return self.mtp_layers * self.mtp_module_params
+
+    @property
     def parameters(self) -> int:
-        return self.layers * self.layer_params + self.embedding_params + self.head_params
+        """The main model as published: layers, embedding, head and any vision encoder;
+        multi-token-prediction modules are :attr:`mtp_params` (DeepSeek-V3's 671 B leaves
+        them out)."""
+        layers = sum(self.layer_total(i) for i in range(self.layers))
+        return layers + self.embedding_params + self.head_params + self.vision_params
+
+    @property
+    def unused_expert_params(self) -> int:
+        """Routed-expert parameters a token does not pass through, over all layers."""
+        if not self.is_moe:
+            return 0
+        return self.moe_layers * (self.num_experts - self.top_k) * self.mlp_params(self.expert_ffn)
 
     @property
     def active_parameters(self) -> int:
-        """Parameters a token passes through (MoE: top_k experts of each layer)."""
-        if not self.is_moe:
-            return self.parameters
-        unused = (self.num_experts - self.top_k) * self.mlp_params(self.expert_ffn)
-        return self.parameters - self.layers * unused
+        """Parameters of the text model a token passes through, the embedding table counted
+        (MoE: top_k routed experts of each MoE layer; Mixtral's 12.9 B counts this way)."""
+        return self.parameters - self.vision_params - self.unused_expert_params
+
+    @property
+    def active_compute_parameters(self) -> int:
+        """Active parameters that multiply: the input embedding is a table lookup, so an
+        untied one is left out (DeepSeek-V3's 36.6 B and gpt-oss's 5.1 B count this way)."""
+        lookup = 0 if self.tied_embeddings else self.embedding_params
+        return self.active_parameters - lookup
 
     def to_dict(self) -> dict:
         out = {}
@@ -170,13 +349,40 @@ class TransformerSpec:
 
 def check(model: TransformerSpec, path: str = "model") -> TransformerSpec:
     """Reject impossible architectures, naming the field and the numbers."""
-    if model.heads % model.kv_heads:
-        raise SpecError(f"{path}.kv_heads",
-                        f"{model.kv_heads} does not divide {path}.heads={model.heads}")
-    if model.top_k > model.num_experts:
-        raise SpecError(f"{path}.top_k",
-                        f"{model.top_k} exceeds {path}.num_experts={model.num_experts}")
-    return model
+    m = model
+    if m.heads % m.kv_heads:
+        raise SpecError(f"{path}.kv_heads", f"{m.kv_heads} does not divide {path}.heads={m.heads}")
+    if m.top_k > m.num_experts:
+        raise SpecError(f"{path}.top_k", f"{m.top_k} exceeds {path}.num_experts={m.num_experts}")
+    moe_only = {"shared_experts": m.shared_experts, "first_dense_layers": m.first_dense_layers,
+                "moe_ffn_hidden": m.moe_ffn_hidden, "expert_group_limit": m.expert_group_limit}
+    for key, value in moe_only.items():
+        if value and not m.is_moe:
+            raise SpecError(f"{path}.{key}", f"{value} needs a mixture of experts "
+                            f"({path}.num_experts > 1)")
+    if m.is_moe and not m.moe_layers:
+        raise SpecError(f"{path}.first_dense_layers", f"{m.first_dense_layers} with "
+                        f"moe_layer_step {m.moe_layer_step} leaves no MoE layer of {m.layers}")
+    if m.num_experts % m.expert_groups:
+        raise SpecError(f"{path}.expert_groups", f"{m.expert_groups} does not divide "
+                        f"{path}.num_experts={m.num_experts}")
+    if m.expert_group_limit > m.expert_groups:
+        raise SpecError(f"{path}.expert_group_limit", f"{m.expert_group_limit} exceeds "
+                        f"{path}.expert_groups={m.expert_groups}")
+    if m.is_mla:
+        if not 0 < m.qk_rope_head_dim < m.head_dim:
+            raise SpecError(f"{path}.qk_rope_head_dim", f"MLA needs 0 < {m.qk_rope_head_dim} < "
+                            f"{path}.head_dim={m.head_dim} (the rotary part of each head)")
+        if m.kv_heads != m.heads or m.bias or m.qk_norm or m.attention_sinks:
+            raise SpecError(f"{path}.kv_lora_rank", "multi-head latent attention has one key "
+                            "head per query head and no biases, QK norms or sinks")
+    elif m.q_lora_rank or m.qk_rope_head_dim:
+        key = "q_lora_rank" if m.q_lora_rank else "qk_rope_head_dim"
+        raise SpecError(f"{path}.{key}", "needs multi-head latent attention (kv_lora_rank > 0)")
+    if (m.local_attention is LocalAttention.NONE) != (m.local_window == 0):
+        raise SpecError(f"{path}.local_window", f"{m.local_window} with local_attention "
+                        f"{m.local_attention.value}: a window needs local attention and back")
+    return m
 
 
 def _megatron_gpt(name: str, layers: int, hidden: int, heads: int) -> TransformerSpec:
@@ -284,6 +490,7 @@ def from_mapping(data: Mapping, path: str = "model") -> TransformerSpec:
         num_experts=f.integer("num_experts", d.get("num_experts", 1), minimum=1),
         top_k=f.integer("top_k", d.get("top_k", 1), minimum=1),
         moe_ffn_hidden=f.integer("moe_ffn_hidden", d.get("moe_ffn_hidden", 0), minimum=0),
+        **_moe_and_attention_fields(f, d),
     )
     f.done()
     return check(model, path)
@@ -291,108 +498,21 @@ def from_mapping(data: Mapping, path: str = "model") -> TransformerSpec:
 
 _INLINE_FIELDS = ("base",) + tuple(TransformerSpec.__dataclass_fields__)
 
-# Hugging Face config.json keys, by the name we use; the first key present wins.
-_HF_KEYS = {
-    "layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
-    "hidden": ("hidden_size", "n_embd", "d_model"),
-    "heads": ("num_attention_heads", "n_head", "n_heads"),
-    "kv_heads": ("num_key_value_heads", "n_head_kv", "num_kv_heads"),
-    "ffn_hidden": ("intermediate_size", "n_inner", "ffn_hidden_size"),
-    "vocab": ("vocab_size", "padded_vocab_size"),
-    "max_positions": ("max_position_embeddings", "n_positions", "max_seq_len"),
-    "head_dim": ("head_dim",),
-    "num_experts": ("num_local_experts", "num_experts", "n_routed_experts"),
-    "top_k": ("num_experts_per_tok", "moe_top_k"),
-    "moe_ffn_hidden": ("moe_intermediate_size",),
-}
-_GATED_ACTIVATIONS = {"silu", "swish", "swiglu", "geglu"}
-_LEARNED_POSITIONS = {"gpt2", "gpt_bigcode", "opt", "gptj"}
-
-
 MAX_LAYERS = 10_000
 """Fifty times the deepest published LLM; the trace holds every layer's ops, so a typo such as
 100000000 would otherwise fill memory before anything is printed."""
 
 
-def from_hf_config(path: Path) -> TransformerSpec:
-    """Read a Hugging Face ``config.json`` (Llama/Mistral/Mixtral/Qwen2, GPT-2, BLOOM, MPT...)."""
-    field = "model"
-    try:
-        cfg = json.loads(read_text(path, field))
-    except json.JSONDecodeError as err:
-        raise SpecError(field, f"cannot read Hugging Face config {path}: {err}") from None
-    if not isinstance(cfg, dict):
-        raise SpecError(field, f"{path} is not a JSON object")
-    values = {}
-    for ours, keys in _HF_KEYS.items():
-        for key in keys:
-            if cfg.get(key) is not None:
-                values[ours] = _hf_whole(cfg[key], f"{field} ({path.name}: {key})")
-                break
-    missing = [k for k in ("layers", "hidden", "heads", "vocab") if k not in values]
-    if missing:
-        raise SpecError(field, f"{path} lacks {', '.join(missing)} "
-                        f"(looked for {', '.join(_HF_KEYS[missing[0]])})")
-    model_type = str(cfg.get("model_type", "")).lower()
-    activation = str(cfg.get("hidden_act", cfg.get("activation_function", "gelu"))).lower()
-    gated = activation in _GATED_ACTIVATIONS or model_type in {"llama", "mistral", "mixtral", "qwen2"}
-    hidden = values["hidden"]
-    attn_config = cfg.get("attn_config") or {}
-    if not isinstance(attn_config, dict):
-        raise SpecError(f"{field} ({path.name}: attn_config)",
-                        f"expected a JSON object, got {attn_config!r:.40}")
-    if "ffn_hidden" not in values:
-        ratio = cfg.get("expansion_ratio") or attn_config.get("expansion_ratio") or 4
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < 1e3:
-            raise SpecError(f"{field} ({path.name}: expansion_ratio)",
-                            f"expected a positive number, got {ratio!r:.40}")
-        values["ffn_hidden"] = int(ratio * hidden)
-    no_bias = cfg.get("no_bias")
-    bias = not no_bias if no_bias is not None else not gated and model_type != "mpt"
-    rms = "rms" in str(cfg.get("norm_type", "")).lower() or gated or "rms_norm_eps" in cfg
-    if model_type in _LEARNED_POSITIONS:
-        position = Position.LEARNED
-    elif model_type in {"bloom", "mpt"} or attn_config.get("alibi"):
-        position = Position.ALIBI
-    else:
-        position = Position.ROPE
-    mapping = {
-        "name": cfg.get("_name_or_path") or path.parent.name or "hf-model",
-        "mlp": Mlp.SWIGLU.value if gated else Mlp.GELU.value,
-        "tied_embeddings": bool(cfg.get("tie_word_embeddings", model_type in {"gpt2", "bloom", "mpt"})),
-        "bias": bool(bias),
-        "norm": (Norm.RMSNORM if rms else Norm.LAYERNORM).value,
-        "position": position.value,
-        "embedding_norm": model_type == "bloom",
-        **values,
-    }
-    return from_mapping(mapping, field)
-
-
-def _hf_whole(value: object, where: str) -> int:
-    """A count from config.json: a whole number (JSON has no NaN; 2.9 layers is a typo)."""
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or int(value) != value):
-        raise SpecError(where, f"expected a whole number, got {value!r:.40}")
-    return int(value)
-
-
-def resolve(value: object, base_dir: Path | None = None, path: str = "model") -> TransformerSpec:
-    """A model from a preset name, an inline mapping, or a path to a ``config.json``."""
-    if isinstance(value, Mapping):
-        return from_mapping(value, path)
-    if isinstance(value, str):
-        if value in PRESETS:
-            return PRESETS[value]
-        candidate = Path(value).expanduser()
-        if base_dir is not None and not candidate.is_absolute():
-            candidate = base_dir / candidate
-        if candidate.is_dir():
-            candidate = candidate / "config.json"
-        if candidate.suffix == ".json" or candidate.exists():
-            if not candidate.exists():
-                raise SpecError(path, f"no such file: {candidate}")
-            return from_hf_config(candidate)
-        raise SpecError(path, f"unknown preset {value!r}; expected one of {', '.join(PRESETS)}, "
-                        "an inline mapping, or a path to a Hugging Face config.json")
-    raise SpecError(path, f"expected a preset name, a mapping or a path, got {value!r}")
+def _moe_and_attention_fields(f: Fields, d: Mapping) -> dict:
+    """The mixture-of-experts, MLA and local-attention fields of an inline model."""
+    whole = ("shared_experts", "shared_expert_ffn", "first_dense_layers", "expert_group_limit",
+             "mtp_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim",
+             "local_window", "global_attention_every", "vision_params")
+    out: dict = {key: f.integer(key, d.get(key, 0), minimum=0) for key in whole}
+    for key in ("moe_layer_step", "expert_groups"):
+        out[key] = f.integer(key, d.get(key, 1), minimum=1)
+    for key in ("router_bias", "qk_norm", "attention_sinks"):
+        out[key] = f.boolean(key, d.get(key, False))
+    out["local_attention"] = f.choice("local_attention", LocalAttention,
+                                      d.get("local_attention", "none"))
+    return out
