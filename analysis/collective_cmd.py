@@ -116,7 +116,7 @@ def _size(text: str, flag: str) -> float:
     value = text.strip()
     if value and value[-1] in "KMGT":
         value += "iB"     # nccl-tests' sizes are binary: 1K = 1024
-    return parse(value if not value.isdigit() else float(value), Quantity.BYTES, flag)
+    return parse(float(value) if value.isascii() and value.isdigit() else value, Quantity.BYTES, flag)
 
 
 def _cluster(args, gpus: int) -> ClusterSpec:

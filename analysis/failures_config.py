@@ -86,7 +86,7 @@ def _interval(f: Fields) -> tuple[IntervalRule, float, int]:
     if text in _RULES:
         return _RULES[text], 0.0, 0
     steps = text.removesuffix("steps").removesuffix("step").strip()
-    if text.endswith(("step", "steps")) and steps.isdigit() and int(steps) > 0:
+    if text.endswith(("step", "steps")) and steps.isascii() and steps.isdigit() and int(steps) > 0:
         return IntervalRule.FIXED, 0.0, int(steps)
     try:
         return IntervalRule.FIXED, f.quantity("interval", Quantity.TIME), 0

@@ -41,8 +41,13 @@ class NcclTestsLog:
     """From ``# Collective test starting: all_reduce_perf`` (newer nccl-tests), else None."""
 
 
+def _digits(token: str) -> bool:
+    """ASCII digits only: str.isdigit() also accepts '²', which int() refuses."""
+    return token.isascii() and token.isdigit()
+
+
 def _row(tokens: list[str]) -> MeasuredRow | None:
-    if len(tokens) < 7 or not tokens[0].isdigit() or not tokens[1].isdigit():
+    if len(tokens) < 7 or not _digits(tokens[0]) or not _digits(tokens[1]):
         return None
     rest = tokens[4:] if tokens[3].isalpha() else tokens[3:]   # redop: absent before 2.x
     # root, then (time algbw busbw #wrong) twice: an odd count; a trimmed line keeps root -1

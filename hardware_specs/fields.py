@@ -13,10 +13,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from clustersim.hardware_specs import units
-from clustersim.hardware_specs.errors import SpecError
+from clustersim.hardware_specs.errors import SpecError, shown
 
 E = TypeVar("E", bound=enum.Enum)
 T = TypeVar("T")
+
+LARGEST_INTEGER = 2**53
+"""No count a user writes (layers, GPUs, batch, steps) comes near it; it is also the largest
+integer a float holds exactly, so every integer read can be used in float arithmetic."""
 
 MISSING = object()
 """Default meaning "the field is required"."""
@@ -30,7 +34,7 @@ class Fields:
         if data is None:
             data = {}
         if not isinstance(data, Mapping):
-            raise SpecError(path, f"expected a mapping, got {type(data).__name__} {data!r}")
+            raise SpecError(path, f"expected a mapping, got {type(data).__name__} {shown(data)}")
         self.data: Mapping[str, Any] = data
         self.path = path
         self._read: set[str] = set()
@@ -58,7 +62,7 @@ class Fields:
     def text(self, key: str, default: object = _MISSING) -> str:
         value = self.raw(key, default)
         if not isinstance(value, str):
-            raise SpecError(self.at(key), f"expected text, got {value!r}")
+            raise SpecError(self.at(key), f"expected text, got {shown(value)}")
         return value
 
     def integer(self, key: str, default: object = _MISSING, minimum: int | None = None,
@@ -66,7 +70,9 @@ class Fields:
         value = self.raw(key, default)
         if (isinstance(value, bool) or not isinstance(value, (int, float))
                 or not math.isfinite(value) or int(value) != value):
-            raise SpecError(self.at(key), f"expected an integer, got {value!r}")
+            raise SpecError(self.at(key), f"expected an integer, got {shown(value)}")
+        if abs(value) > LARGEST_INTEGER:
+            raise SpecError(self.at(key), f"expected an integer of at most 2**53, got {shown(value)}")
         value = int(value)
         if minimum is not None and value < minimum:
             raise SpecError(self.at(key), f"expected an integer >= {minimum}, got {value}")
@@ -79,7 +85,7 @@ class Fields:
         value = self.raw(key, default)
         if (isinstance(value, bool) or not isinstance(value, (int, float))
                 or not math.isfinite(value)):
-            raise SpecError(self.at(key), f"expected a finite number, got {value!r}")
+            raise SpecError(self.at(key), f"expected a finite number, got {shown(value)}")
         value = float(value)
         if minimum is not None and value < minimum:
             raise SpecError(self.at(key), f"expected a number >= {minimum:g}, got {value:g}")
@@ -92,9 +98,9 @@ class Fields:
         value = self.raw(key, default)
         parsed = units.parse(value, kind, self.at(key))
         if positive and parsed <= 0:
-            raise SpecError(self.at(key), f"expected a positive quantity, got {value!r}")
+            raise SpecError(self.at(key), f"expected a positive quantity, got {shown(value)}")
         if parsed < 0:
-            raise SpecError(self.at(key), f"expected a quantity >= 0, got {value!r}")
+            raise SpecError(self.at(key), f"expected a quantity >= 0, got {shown(value)}")
         return parsed
 
     def boolean(self, key: str, default: object = _MISSING) -> bool:
@@ -102,7 +108,7 @@ class Fields:
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
         if not isinstance(value, bool):
-            raise SpecError(self.at(key), f"expected true or false, got {value!r}")
+            raise SpecError(self.at(key), f"expected true or false, got {shown(value)}")
         return value
 
     def choice(self, key: str, enum_type: type[E], default: object = _MISSING) -> E:
@@ -121,7 +127,7 @@ class Fields:
     def items(self, key: str, default: object = _MISSING) -> list[Any]:
         value = self.raw(key, default)
         if not isinstance(value, list):
-            raise SpecError(self.at(key), f"expected a list, got {value!r}")
+            raise SpecError(self.at(key), f"expected a list, got {shown(value)}")
         return value
 
     def mapping(self, key: str, read: Callable[["Fields"], T]) -> dict[str, T]:
@@ -157,4 +163,4 @@ def parse_enum(enum_type: type[E], value: object, field: str) -> E:
         if value == member.value or (isinstance(value, str) and str(member.value) == value.lower()):
             return member
     accepted = "|".join(str(m.value) for m in enum_type)
-    raise SpecError(field, f"expected one of {accepted}, got {value!r}")
+    raise SpecError(field, f"expected one of {accepted}, got {shown(value)}")

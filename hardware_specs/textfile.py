@@ -4,6 +4,7 @@ device, too large to be a config, not UTF-8, not YAML."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +43,24 @@ def load_yaml(path: Path | str, field: str = "") -> Any:
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise SpecError(field, f"{path} is not valid YAML: {problem}{where}") from None
+    except (ValueError, RecursionError) as err:
+        raise SpecError(field, f"{path}: {_unreadable(err)}") from None
+
+
+def load_json(path: Path | str, field: str = "") -> Any:
+    """A JSON file's data; a syntax error is one line with its position."""
+    try:
+        return json.loads(read_text(path, field))
+    except json.JSONDecodeError as err:
+        raise SpecError(field, f"{path} is not valid JSON: {err.msg} (line {err.lineno}, "
+                               f"column {err.colno})") from None
+    except (ValueError, RecursionError) as err:
+        raise SpecError(field, f"{path}: {_unreadable(err)}") from None
+
+
+def _unreadable(err: Exception) -> str:
+    """Why a syntactically valid file still cannot be read: structures nested past Python's
+    recursion limit, or an integer past its digit limit (``sys.set_int_max_str_digits``)."""
+    if isinstance(err, RecursionError):
+        return "nested too deeply to read"
+    return f"a value cannot be read ({str(err).split(';')[0]})"

@@ -11,7 +11,7 @@ import enum
 import math
 import re
 
-from clustersim.hardware_specs.errors import SpecError
+from clustersim.hardware_specs.errors import SpecError, shown
 
 
 class Quantity(enum.Enum):
@@ -81,7 +81,7 @@ _EXAMPLES = {
 def parse(value: object, kind: Quantity, field: str = "") -> float:
     """Convert ``value`` (a number in SI units, or a string with a unit) to a float in SI units."""
     if isinstance(value, bool):
-        raise SpecError(field, f"expected {_EXAMPLES[kind]}, got {value!r}")
+        raise SpecError(field, f"expected {_EXAMPLES[kind]}, got {shown(value)}")
     if isinstance(value, (int, float)) and math.isfinite(value):
         return float(value)
     if isinstance(value, str):
@@ -91,7 +91,7 @@ def parse(value: object, kind: Quantity, field: str = "") -> float:
             scale = 1.0 if unit == "" else _scale(unit, kind)
             if scale is not None and math.isfinite(number * scale):
                 return number * scale
-    raise SpecError(field, f"expected {_EXAMPLES[kind]}, got {value!r}")
+    raise SpecError(field, f"expected {_EXAMPLES[kind]}, got {shown(value)}")
 
 
 def format_bytes(value: float) -> str:

@@ -1,6 +1,7 @@
 """A plain (not editable) install is the one namespace ``clustersim`` and works from any folder."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -11,9 +12,11 @@ from tests.conftest import REPO
 
 @pytest.mark.slow
 def test_a_plain_install_is_one_namespace_that_runs_anywhere(tmp_path):
-    target = tmp_path / "site"
+    source, target = tmp_path / "source", tmp_path / "site"   # pip builds in the source tree
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".ci-venv", "build", "*.egg-info", "__pycache__", "runs", "out"))
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
-                    str(target), str(REPO)], check=True, capture_output=True)
+                    str(target), str(source)], check=True, capture_output=True)
     ours = {p.name for p in target.iterdir() if not p.name.endswith((".dist-info", ".egg-info"))}
     assert ours - {"bin", "__pycache__"} == {"clustersim"}
     assert (target / "clustersim" / "examples" / "llama3_70b_h100.yaml").exists()

@@ -1,0 +1,91 @@
+"""Bad input that used to end in a Python traceback now ends in one line naming the field
+(exit status 2), whatever the input."""
+
+import pickle
+import subprocess
+import sys
+
+import pytest
+import simpy
+
+from clustersim.hardware_specs import SpecError
+from clustersim.hardware_specs.errors import shown
+from clustersim.hardware_specs.fields import Fields
+from clustersim.hardware_specs.textfile import load_json, load_yaml
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "clustersim", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_spec_error_raised_inside_a_simpy_process_reaches_the_user_as_itself():
+    env = simpy.Environment()
+
+    def process(env):
+        yield env.timeout(1)
+        raise SpecError("training.precision", "fp8 needs a device with FP8 units")
+
+    env.process(process(env))
+    with pytest.raises(SpecError) as err:
+        env.run()
+    assert err.value.field == "training.precision"
+    assert str(err.value) == "training.precision: fp8 needs a device with FP8 units"
+    again = pickle.loads(pickle.dumps(err.value))
+    assert (again.field, again.message) == (err.value.field, err.value.message)
+
+
+def test_fp8_on_an_a100_is_a_one_line_error(tmp_path):
+    cfg = tmp_path / "fp8.yaml"
+    cfg.write_text("model: llama3-8b\n"
+                   "training: {seq_len: 2048, global_batch: 16, micro_batch: 1, precision: fp8}\n"
+                   "strategy: {tp: 1, pp: 1, dp: 8}\ncluster: {gpu: a100-80gb, num_gpus: 8}\n")
+    proc = _cli("simulate", str(cfg), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("text", ["² steps", "٣ steps"])
+def test_unicode_digits_in_an_interval_are_an_error_naming_the_field(text):
+    from clustersim.analysis.failures_config import _interval
+    with pytest.raises(SpecError, match="checkpoint.interval: expected young, daly"):
+        _interval(Fields({"interval": text}, "checkpoint"))
+    assert _interval(Fields({"interval": "100 steps"}, "checkpoint"))[2] == 100
+
+
+def test_unicode_digits_in_a_log_size_are_not_a_row():
+    from clustersim.analysis.nccl_tests_log import _row
+    assert _row("² 1 float sum -1 10.0 1.0 1.0 0 10.0 1.0 1.0 0".split()) is None
+
+
+def test_huge_integers_are_refused_before_they_overflow():
+    with pytest.raises(SpecError, match="hidden: expected an integer of at most 2\\*\\*53"):
+        Fields({"hidden": 1e308}).integer("hidden")
+    assert Fields({"layers": 2**53}).integer("layers") == 2**53
+
+
+def test_an_error_never_spells_out_an_unbounded_value():
+    bomb = ["lol"] * 9
+    for _ in range(9):
+        bomb = [bomb] * 9          # 9**10 leaves, as a YAML alias bomb builds
+    assert len(shown(bomb)) < 200
+    assert len(shown("x" * 10**6)) < 100
+    with pytest.raises(SpecError) as err:
+        Fields({"hidden": bomb}).integer("hidden")
+    assert len(str(err.value)) < 300
+
+
+def test_deep_or_huge_numbers_in_yaml_and_json_are_one_line_errors(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(SpecError, match="nested too deeply"):
+        load_json(deep, "model")
+    digits = tmp_path / "digits.yaml"
+    digits.write_text("hidden: " + "9" * 5000 + "\n")
+    with pytest.raises(SpecError, match="cannot be read"):
+        load_yaml(digits, "config")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"hidden": ')
+    with pytest.raises(SpecError, match="not valid JSON"):
+        load_json(broken, "model")
