@@ -13,14 +13,13 @@ vision encoder's parameter count), GPT-2, BLOOM, MPT, OPT.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
 from clustersim.hardware_specs import SpecError
-from clustersim.hardware_specs.textfile import read_text
+from clustersim.hardware_specs.textfile import load_json
 from clustersim.workloads.model import (
     PRESETS, LocalAttention, Mlp, Norm, Position, TransformerSpec, from_mapping,
 )
@@ -93,10 +92,7 @@ IRRELEVANT_KEYS: Mapping[str, str] = {
 def from_hf_config(path: Path, name: str = "") -> TransformerSpec:
     """Read a Hugging Face ``config.json``; errors name the file and the key."""
     field = "model"
-    try:
-        cfg = json.loads(read_text(path, field))
-    except json.JSONDecodeError as err:
-        raise SpecError(field, f"cannot read Hugging Face config {path}: {err}") from None
+    cfg = load_json(path, field)
     if not isinstance(cfg, dict):
         raise SpecError(field, f"{path} is not a JSON object")
     return _HfConfig(cfg, path, name).model()

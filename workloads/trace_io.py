@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from clustersim.hardware_specs import Dtype, OpClass, SpecError
+from clustersim.hardware_specs.textfile import load_json
 from clustersim.workloads.layer_ops import Kernel
 from clustersim.workloads.trace import (
     CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, GroupSet, MemoryOp, Op, Phase,
@@ -114,7 +115,4 @@ def save_trace(trace: Trace, path: Path) -> None:
 
 
 def load_trace(path: Path) -> Trace:
-    try:
-        return trace_from_dict(json.loads(path.read_text()))
-    except json.JSONDecodeError as err:
-        raise SpecError("trace", f"{path} is not JSON: {err}") from None
+    return trace_from_dict(load_json(path, "trace"))
