@@ -20,21 +20,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import simpy
+from simpy.core import EmptySchedule
 
-from clustersim.hardware_specs import ClusterSpec, Dtype
+from clustersim.hardware_specs import ClusterSpec
 from clustersim.simulator.classes import RankClass, rank_classes
-from clustersim.simulator.cost.compute import ComputeModel
 from clustersim.simulator.cost.collectives import COPY_KERNEL_S, Algorithm, Plan
+from clustersim.simulator.cost.compute import ComputeModel
+from clustersim.simulator.cost.interfaces import ComputeCost, Instances, MemoryCost, NetworkCost
 from clustersim.simulator.cost.measured import MeasuredNetwork
-from clustersim.simulator.cost.network import Instances, NetworkModel
+from clustersim.simulator.cost.memory import MemoryModel
+from clustersim.simulator.cost.network import NetworkModel
 from clustersim.simulator.flows import FlowNetwork
-from clustersim.simulator.result import AXES, Breakdown, ClassSummary, OpRecord, StepResult
+from clustersim.simulator.interference import DeviceActivity, Interference
+from clustersim.simulator.records import ClassTimeline, OpRecord, Replay
+from clustersim.simulator.result import AXIS_OF_GROUP, StepResult
+from clustersim.simulator.summary import summarize
 from clustersim.workloads.trace import (
-    CollectiveKind, CollectiveOp, ComputeOp, CopyOp, MemoryOp, Op, Phase, RecvOp, SendOp, Stream,
-    Trace,
+    CollectiveKind, CollectiveOp, ComputeOp, CopyOp, MemoryOp, Op, RecvOp, SendOp, Stream, Trace,
 )
-
-_AXIS_OF_GROUP = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp", "embedding": "dp"}
 
 
 class NetworkMode(enum.Enum):
@@ -93,12 +96,12 @@ class _Rendezvous:
 class _ClassState:
     """Run-time state of one rank class."""
 
-    __slots__ = ("cls", "ops", "finish", "arrive", "previous", "waiters", "records",
-                 "compute_busy_until", "comms_in_flight", "comm_busy_until", "compute_debt",
+    __slots__ = ("cls", "ops", "finish", "arrive", "previous", "waiters", "records", "activity",
                  "seq", "signature", "instances",
                  "compute_slow", "link_slow", "send_posted", "group_classes")
 
-    def __init__(self, cls: RankClass, ops: tuple[Op, ...], slow: tuple[float, float]):
+    def __init__(self, cls: RankClass, ops: tuple[Op, ...], slow: tuple[float, float],
+                 interference: Interference):
         self.cls = cls
         self.ops = ops
         self.finish: list[float] = [math.nan] * len(ops)
@@ -108,12 +111,7 @@ class _ClassState:
         """The op before it on its stream (-1: first, or on the unordered pp stream)."""
         self.waiters: dict[int, simpy.Event] = {}
         self.records: list[OpRecord] = []
-        self.compute_busy_until = 0.0
-        self.comms_in_flight = 0
-        self.comm_busy_until = 0.0
-        """When the transfers in flight are expected to end (their uncontended times)."""
-        self.compute_debt = 0.0
-        """Time the running compute op owes to transfers that started while it ran."""
+        self.activity = DeviceActivity(interference)
         self.seq: dict[str, int] = {}
         self.signature: dict[str, tuple[int, ...]] = {}
         self.group_classes: dict[str, frozenset[int]] = {}
@@ -122,30 +120,38 @@ class _ClassState:
         self.send_posted: dict[int, float] = {}
         """recv op id -> when the matching send was posted (before that it is bubble)."""
 
+    def timeline(self) -> ClassTimeline:
+        return ClassTimeline(rank_class=self.cls, ready_s=tuple(self.arrive),
+                             end_s=tuple(self.finish), stream_predecessor=tuple(self.previous),
+                             send_posted_s=self.send_posted, records=tuple(self.records))
+
 
 class StepSimulation:
+    """One replay of ``trace`` on ``cluster``: :meth:`replay` gives the records, :meth:`run`
+    the step's result (breakdowns and metrics computed from those records)."""
+
     def __init__(self, trace: Trace, cluster: ClusterSpec,
                  options: SimulationOptions = SimulationOptions(), faults: Faults = Faults(),
-                 compute: ComputeModel | None = None, network: NetworkModel | None = None):
-        """``compute`` and ``network`` replace the default cost models (tests, calibration)."""
+                 compute: ComputeCost | None = None, network: NetworkCost | None = None,
+                 memory: MemoryCost | None = None):
+        """``compute``, ``network`` and ``memory`` replace the default cost models (tests,
+        calibration)."""
         self.trace, self.cluster, self.options, self.faults = trace, cluster, options, faults
         self.compute = compute or ComputeModel(cluster.device)
         model = MeasuredNetwork if cluster.node.measured_comm else NetworkModel
         self.network = network or model(cluster, options.algorithms)
-        eff = cluster.device.efficiency
-        self.comm_overlap = (options.comm_slowdown_when_overlapped
-                             if options.comm_slowdown_when_overlapped is not None
-                             else eff.comm_slowdown_when_overlapped)
-        self.compute_overlap = (options.compute_slowdown_when_overlapped
-                                if options.compute_slowdown_when_overlapped is not None
-                                else eff.compute_slowdown_when_overlapped)
+        self.memory = memory or MemoryModel(cluster)
+        self.interference = Interference.of(cluster.device,
+                                            comm=options.comm_slowdown_when_overlapped,
+                                            compute=options.compute_slowdown_when_overlapped)
         self.env = simpy.Environment()
         self.flows = (FlowNetwork(self.env, self.network.topology.capacity)
                       if options.network is NetworkMode.FLOW else None)
         conditions = {r: faults.condition(r) for r in faults.ranks()}
         self.classes, self.class_of = rank_classes(trace, conditions, expand=options.expand)
         self.states = [
-            _ClassState(c, trace.programs[c.program].ops, faults.condition(c.representative))
+            _ClassState(c, trace.programs[c.program].ops, faults.condition(c.representative),
+                        self.interference)
             for c in self.classes]
         self.rendezvous: dict[tuple, _Rendezvous] = {}
         self._instance_cache: dict[tuple, Instances] = {}
@@ -215,7 +221,7 @@ class StepSimulation:
             yield from self._p2p(st, op)
         elif isinstance(op, CopyOp):
             start = self.env.now
-            yield self.env.timeout(self.network.copy_time(op.kind, op.bytes))
+            yield self.env.timeout(self.memory.copy_time(op.kind, op.bytes))
             self._done(st, op, start, "other")
         elif isinstance(op, MemoryOp):
             self._done(st, op, self.env.now, "memory")
@@ -223,23 +229,19 @@ class StepSimulation:
     def _compute(self, st: _ClassState, op: ComputeOp):
         env = self.env
         start = env.now
-        duration = self.compute.op_time(op) * st.compute_slow
-        if st.comms_in_flight and self.compute_overlap:
-            duration += _overlap_penalty(self.compute_overlap, duration, st.comm_busy_until - start)
-        st.compute_busy_until = start + duration
-        yield env.timeout(duration)
-        while st.compute_debt > 0:  # transfers that started while it ran
-            debt, st.compute_debt = st.compute_debt, 0.0
-            st.compute_busy_until += debt
-            yield env.timeout(debt)
+        activity = st.activity
+        yield env.timeout(activity.start_compute(start, self.compute.op_time(op) * st.compute_slow))
+        while activity.debt > 0:  # transfers that started while it ran
+            yield env.timeout(activity.take_debt())
         self._done(st, op, start, op.phase.value)
 
     def _stretch(self, classes) -> float:
         """Bandwidth slowdown of a transfer: degraded links of its members, and interference
         when it starts while their compute streams are busy."""
         factor = self._link_factor(classes)
-        slowdown = self.comm_overlap
-        if slowdown and any(self.states[c].compute_busy_until > self.env.now for c in classes):
+        slowdown = self.interference.comm_slowdown
+        now = self.env.now
+        if slowdown and any(self.states[c].activity.computing(now) for c in classes):
             factor *= 1.0 + slowdown
         return factor
 
@@ -248,21 +250,16 @@ class StepSimulation:
         network part, the network part shared with other traffic under the flow model. While
         it runs, those classes count it as a transfer in flight."""
         env = self.env
-        if self.compute_overlap or self.comm_overlap:
+        if self.interference.any:
             # Let compute ops that start at this instant start first: they overlap it.
             yield env.timeout(0)
         factor = self._stretch(classes)
         if factor != 1.0:
             plan = plan.scaled(factor)
-        expected = plan.time(self.network.topology) + extra_s if self.compute_overlap else 0.0
+        expected = (plan.time(self.network.topology) + extra_s
+                    if self.interference.compute_slowdown else 0.0)
         for c in classes:
-            st = self.states[c]
-            st.comms_in_flight += 1
-            if expected:
-                st.comm_busy_until = max(st.comm_busy_until, env.now + expected)
-                if st.compute_busy_until > env.now:
-                    st.compute_debt += _overlap_penalty(
-                        self.compute_overlap, st.compute_busy_until - env.now, expected)
+            self.states[c].activity.start_transfer(env.now, expected)
         if self.flows is None or not plan.loads:
             yield env.timeout(plan.time(self.network.topology) + extra_s)
         else:
@@ -271,7 +268,7 @@ class StepSimulation:
             elapsed = env.now - start
             yield env.timeout(plan.latency_s + max(plan.intra_s, elapsed) - elapsed + extra_s)
         for c in classes:
-            self.states[c].comms_in_flight -= 1
+            self.states[c].activity.end_transfer()
 
     def _run_collective(self, op: CollectiveOp, st: _ClassState, classes):
         instances = self._instances(op.group, classes)
@@ -303,7 +300,7 @@ class StepSimulation:
                 rv.event.succeed()
             else:
                 yield rv.event
-        self._done(st, op, arrived, _AXIS_OF_GROUP.get(op.group, "dp"))
+        self._done(st, op, arrived, AXIS_OF_GROUP.get(op.group, "dp"))
 
     def _p2p(self, st: _ClassState, op: SendOp | RecvOp):
         env = self.env
@@ -353,113 +350,49 @@ class StepSimulation:
         return hit
 
     # --- running ----------------------------------------------------------------------------
-    def run(self) -> StepResult:
-        wall = time.perf_counter()
+    def _start_processes(self) -> None:
         for st in self.states:
             by_stream: dict[Stream, list[Op]] = {}
             for op in st.ops:
                 by_stream.setdefault(op.stream, []).append(op)
             for stream, ops in by_stream.items():
-                if stream is not Stream.PP:
-                    for before, after in zip(ops, ops[1:]):
-                        st.previous[after.id] = before.id
                 if stream is Stream.PP:
                     for op in ops:
                         self.env.process(self._single(st, op))
                 else:
+                    for before, after in zip(ops, ops[1:]):
+                        st.previous[after.id] = before.id
                     self.env.process(self._stream(st, ops))
-        self.env.run()
+
+    def _run_to_end(self) -> int:
+        """Process every event; return how many there were (SimPy's public stepping API)."""
+        step, events = self.env.step, 0
+        try:
+            while True:
+                step()
+                events += 1
+        except EmptySchedule:
+            return events
+
+    def replay(self) -> Replay:
+        """Replay the step: one timeline of records per rank class."""
+        wall = time.perf_counter()
+        self._start_processes()
+        events = self._run_to_end()
         stuck = [st for st in self.states if any(f != f for f in st.finish)]
         if stuck:
             st = stuck[0]
             op = st.ops[next(i for i, f in enumerate(st.finish) if f != f)]
             raise RuntimeError(f"deadlock: rank class {st.cls.index} never finished op {op.id} "
                                f"({op.name}); the trace's collectives or send/recv do not match")
-        return self._result(time.perf_counter() - wall)
+        return Replay(timelines=tuple(st.timeline() for st in self.states),
+                      class_of=self.class_of, events=events,
+                      wall_time_s=time.perf_counter() - wall)
 
-    def _blocker(self, st: _ClassState, op_id: int) -> int:
-        """The dep (or stream predecessor) that finished last before ``op_id`` could start."""
-        op = st.ops[op_id]
-        candidates = list(op.deps) + ([st.previous[op_id]] if st.previous[op_id] >= 0 else [])
-        return max(candidates, key=lambda d: st.finish[d]) if candidates else -1
-
-    def _attribute(self, st: _ClassState, op_id: int, a: float, b: float, parts: dict) -> None:
-        """Charge the wait [a, b] to the op that ended it, and the part before that op was
-        even ready to the op that held it back, and so on down the chain."""
-        while op_id >= 0 and b - a > 1e-12:
-            op = st.ops[op_id]
-            own = max(a, st.arrive[op_id])
-            if own < b:
-                if isinstance(op, RecvOp):
-                    posted = st.send_posted.get(op_id, own)
-                    waiting = min(max(posted - own, 0.0), b - own)
-                    parts["bubble"] += waiting
-                    parts["pp"] += b - own - waiting
-                elif isinstance(op, (CollectiveOp, SendOp)):
-                    parts[_AXIS_OF_GROUP.get(op.group, "dp")] += b - own
-                else:
-                    parts["other"] += b - own
-            b = min(b, st.arrive[op_id])
-            op_id = self._blocker(st, op_id)
-        if b - a > 1e-12:
-            parts["other"] += b - a
-
-    def _breakdown(self, st: _ClassState) -> tuple[Breakdown, float]:
-        parts = {a: 0.0 for a in AXES} | {"bubble": 0.0, "other": 0.0}
-        compute = optimizer = 0.0
-        prev_end = 0.0
-        for rec in (r for r in st.records if r.stream == Stream.COMPUTE.value):
-            if rec.start - prev_end > 1e-12:
-                self._attribute(st, self._blocker(st, rec.op_id), prev_end, rec.start, parts)
-            busy = rec.end - rec.start
-            if rec.category == Phase.OPTIMIZER.value:
-                optimizer += busy
-            else:
-                compute += busy
-            prev_end = rec.end
-        finish = max(st.finish) if st.finish else 0.0
-        if finish - prev_end > 1e-12:
-            last = max(range(len(st.ops)), key=lambda i: st.finish[i])
-            self._attribute(st, last, prev_end, finish, parts)
-        exposed = {a: parts[a] for a in AXES}
-        return Breakdown(compute, exposed, parts["bubble"], optimizer, parts["other"]), finish
-
-    def _result(self, wall: float) -> StepResult:
-        summaries = []
-        for st in self.states:
-            bd, finish = self._breakdown(st)
-            prog = self.trace.programs[st.cls.program]
-            summaries.append(ClassSummary(st.cls.index, prog.name, st.cls.multiplicity,
-                                          st.cls.representative, finish, bd))
-        critical = max(summaries, key=lambda s: (s.finish_s, -s.index))
-        step = critical.finish_s
-        world = self.trace.world_size
-        peak_flops = self.cluster.device.flops(Dtype(self.trace.meta.get("peak_dtype", "bf16")))
-        tflops = self.trace.model_flops / step / world if step > 0 else 0.0
-        peak_mem = max(p.peak_memory_bytes for p in self.trace.programs)
-        records = tuple(r for st in self.states for r in st.records) if self.options.record else ()
-        return StepResult(
-            step_time_s=step,
-            tokens_per_s=self.trace.tokens / step if step > 0 else 0.0,
-            tflops_per_gpu=tflops / 1e12,
-            mfu=tflops / peak_flops,
-            peak_memory_gb=peak_mem / 1e9,
-            fits_in_memory=peak_mem <= self.cluster.device.memory_bytes,
-            breakdown=critical.breakdown,
-            critical_class=critical.index,
-            classes=tuple(summaries),
-            events=next(self.env._eid),  # SimPy's event counter: events scheduled so far
-            wall_time_s=wall,
-            records=records,
-        )
-
-
-def _overlap_penalty(slowdown: float, compute_s: float, window_s: float) -> float:
-    """Extra time of ``compute_s`` of compute that runs ``1 + slowdown`` times slower while a
-    transfer moves data for the next ``window_s``: the overlap stretches, the rest does not."""
-    if window_s <= 0:
-        return 0.0
-    return slowdown * min(compute_s, window_s / (1.0 + slowdown))
+    def run(self) -> StepResult:
+        """Replay the step and summarise it: breakdowns, critical class, metrics."""
+        return summarize(self.replay(), self.trace, self.cluster.device,
+                         self.memory.capacity_bytes, keep_records=self.options.record)
 
 
 def simulate(trace: Trace, cluster: ClusterSpec, options: SimulationOptions = SimulationOptions(),

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from clustersim.simulator.records import OpRecord
+
 AXES = ("tp", "cp", "ep", "pp", "dp")
+AXIS_OF_GROUP = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp", "embedding": "dp"}
+"""The breakdown axis a group set's communication is charged to."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,20 +31,6 @@ class Breakdown:
                 "exposed_comm_s": {a: self.exposed_comm_s.get(a, 0.0) for a in AXES},
                 "bubble_s": self.bubble_s, "optimizer_s": self.optimizer_s,
                 "other_s": self.other_s}
-
-
-@dataclass(frozen=True, slots=True)
-class OpRecord:
-    """One op's execution on one rank class."""
-
-    rank_class: int
-    op_id: int
-    name: str
-    stream: str
-    start: float
-    end: float
-    category: str
-    """compute phase (forward/backward/recompute/optimizer) or communication axis."""
 
 
 @dataclass(frozen=True, slots=True)

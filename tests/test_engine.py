@@ -7,6 +7,7 @@ import pytest
 from clustersim.hardware_specs import SpecError
 from clustersim.simulator import SimulationOptions, StepSimulation, simulate
 from clustersim.simulator.cost.compute import ComputeModel
+from clustersim.simulator.cost.memory import MemoryModel
 from clustersim.simulator.cost.network import Algorithm, NetworkModel, Plan, Protocol
 from clustersim.workloads import Recompute, Schedule, Strategy
 from clustersim.workloads.builder import build_trace
@@ -190,8 +191,8 @@ def test_offload_tier_sets_the_copy_bandwidth(catalog):
     from clustersim.analysis.config import offload_tier
     from clustersim.workloads.trace import CopyKind
     cluster = catalog.cluster(device="h100-sxm", num_devices=8)
-    dram = NetworkModel(cluster)
-    nvme = NetworkModel(replace(cluster, offload_tier=offload_tier(catalog, "dgx-h100-nvme")))
+    dram = MemoryModel(cluster)
+    nvme = MemoryModel(replace(cluster, offload_tier=offload_tier(catalog, "dgx-h100-nvme")))
     gb = 1e9
     assert dram.copy_time(CopyKind.DEVICE_TO_HOST, gb) == pytest.approx(10e-6 + gb / 64e9)
     assert nvme.copy_time(CopyKind.DEVICE_TO_HOST, gb) == pytest.approx(10e-6 + gb / 3.5e9)

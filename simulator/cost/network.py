@@ -16,10 +16,8 @@ from clustersim.hardware_specs.topology import Topology
 from clustersim.simulator.cost.collectives import (
     COPY_KERNEL_S, Algorithm, CollectivePlanner, Plan, Protocol,
 )
-from clustersim.workloads.trace import CollectiveKind, CopyKind
-
-Instances = tuple[tuple[int, ...], ...]
-"""The device groups that run one collective at the same time (e.g. all DP groups of a stage)."""
+from clustersim.simulator.cost.interfaces import Instances
+from clustersim.workloads.trace import CollectiveKind
 
 __all__ = ["Algorithm", "Instances", "NetworkModel", "Plan", "Protocol", "bus_factor"]
 
@@ -64,17 +62,6 @@ class NetworkModel:
     def p2p_time(self, nbytes: float, src: int, dst: int) -> float:
         """One send/recv between two devices, alone on the fabric."""
         return self.p2p_plan(nbytes, [(src, dst)]).time(self.topology)
-
-    def copy_time(self, kind: CopyKind, nbytes: float) -> float:
-        """Device <-> offload-tier copies over PCIe (and the tier's own bandwidth, shared by
-        the devices that stream to it at once), or memory-bound host work on offloaded
-        optimizer states, which also streams them through the tier (ZeRO-Infinity)."""
-        c, tier = self.cluster, self.cluster.offload_memory
-        if kind is CopyKind.HOST_COMPUTE:
-            return nbytes / min(c.per_device(c.host_memory, write=False),
-                                c.per_device(tier, write=False))
-        write = kind is CopyKind.DEVICE_TO_HOST
-        return 10e-6 + nbytes / min(c.node.pcie_bandwidth, c.per_device(tier, write))
 
 
 def bus_factor(kind: CollectiveKind, n: int) -> float:

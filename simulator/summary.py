@@ -1,0 +1,39 @@
+"""From a replay's records to the step's result: each class's breakdown, the critical class
+(the one that finishes last; the lower index on a tie), and the step's metrics."""
+
+from __future__ import annotations
+
+from clustersim.hardware_specs import DeviceSpec
+from clustersim.simulator.attribution import breakdown
+from clustersim.simulator.metrics import step_metrics
+from clustersim.simulator.records import Replay
+from clustersim.simulator.result import ClassSummary, StepResult
+from clustersim.workloads.trace import Trace
+
+
+def summarize(replay: Replay, trace: Trace, device: DeviceSpec, capacity_bytes: float,
+              keep_records: bool = True) -> StepResult:
+    summaries = []
+    for tl in replay.timelines:
+        prog = trace.programs[tl.rank_class.program]
+        summaries.append(ClassSummary(tl.rank_class.index, prog.name, tl.rank_class.multiplicity,
+                                      tl.rank_class.representative, tl.finish_s,
+                                      breakdown(prog.ops, tl)))
+    critical = max(summaries, key=lambda s: (s.finish_s, -s.index))
+    step = critical.finish_s
+    m = step_metrics(step, trace, device, capacity_bytes)
+    records = tuple(r for tl in replay.timelines for r in tl.records) if keep_records else ()
+    return StepResult(
+        step_time_s=step,
+        tokens_per_s=m.tokens_per_s,
+        tflops_per_gpu=m.tflops_per_gpu,
+        mfu=m.mfu,
+        peak_memory_gb=m.peak_memory_bytes / 1e9,
+        fits_in_memory=m.fits_in_memory,
+        breakdown=critical.breakdown,
+        critical_class=critical.index,
+        classes=tuple(summaries),
+        events=replay.events,
+        wall_time_s=replay.wall_time_s,
+        records=records,
+    )
