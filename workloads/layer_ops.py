@@ -8,17 +8,29 @@ Sources:
   forward (it recomputes the scores), causal masking skips half of the blocks.
 - Element-wise kernels (norms, activations, residual/dropout, rotary, cross-entropy, the Adam
   step) are memory-bound: their cost is bytes read + written from HBM.
+- Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434 sec. 2.1; DeepSeek-V3, arXiv
+  2412.19437 sec. 2.1.1): query down/up projections through q_lora_rank, a joint key/value
+  down-projection to kv_lora_rank plus one shared rotary key, the key/value up-projection, and
+  attention over qk = nope + rope dimensions with values of v_head_dim. The down-projections
+  are replicated over TP (Megatron-Core's MLA keeps them unsplit). Whole-model FLOPs follow
+  Megatron-LM's ``num_floating_point_operations`` (MLA, routed and shared experts, dense first
+  layers, MTP), tested against it.
+- MoE layers: router GEMM and its FP32 softmax/top-k, permute and unpermute, grouped expert
+  GEMMs whose rows are the busiest device's tokens per expert (``routing.expert_load``), shared
+  experts as a dense MLP every token passes.
 Kernels describe ONE device's share (after TP/CP/EP splits) for ONE micro-batch.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 from clustersim.hardware_specs import Dtype, OpClass
 from clustersim.hardware_specs.efficiency import ATTENTION_CLASSES
-from clustersim.workloads.model import Mlp, Position, TransformerSpec
+from clustersim.workloads.model import LocalAttention, Mlp, Position, TransformerSpec
+from clustersim.workloads.routing import expert_load
 from clustersim.workloads.strategy import Recompute, Strategy
 from clustersim.workloads.training import AttentionKernel, TrainingSpec
 
@@ -100,68 +112,122 @@ class LayerOps:
         """Tokens element-wise work runs on (sequence parallelism splits them over TP)."""
 
     # --- transformer layer -------------------------------------------------------------
-    def attention_core(self) -> tuple[Kernel, ...]:
+    def _layer(self, layer: int | None) -> int:
+        """The layer whose kind is asked for; None: the last one (a MoE layer in a MoE model)."""
+        return self.model.layers - 1 if layer is None else layer
+
+    def attention_core(self, layer: int | None = None) -> tuple[Kernel, ...]:
         m, t, s = self.model, self.training, self.strategy
+        i = self._layer(layer)
         heads = m.heads // s.tp
         s_q = t.seq_len // s.cp
         b = t.micro_batch
+        d, v = m.head_dim, m.value_head_dim
         if t.attention.fused:
-            # Causal: the local query block attends to about half of all keys (load-balanced CP).
-            flops = 4.0 * b * s_q * t.seq_len * m.head_dim * heads * 0.5
-            traffic = (2 * self.tokens * heads * m.head_dim
-                       + 2 * self.tokens * max(1, m.kv_heads // s.tp) * m.head_dim) * self.elem
+            # Causal: the local query block attends to about half of all keys (load-balanced
+            # CP), or to its window on local-attention layers.
+            keys = attended_keys(m, i, t.seq_len)
+            flops = 2.0 * b * s_q * keys * heads * (d + v)
+            kv_heads = heads if m.is_mla else max(1, m.kv_heads // s.tp)
+            traffic = (self.tokens * heads * (d + v) + self.tokens * kv_heads * (d + v)) * self.elem
             kind = (OpClass.ATTENTION_FA3 if t.attention is AttentionKernel.FLASH3
                     else OpClass.ATTENTION)
-            return (Kernel("flash_attn", kind, flops, traffic, s_q, t.seq_len,
-                           m.head_dim, b * heads, self.dtype),)
+            span = t.seq_len if m.is_global_attention(i) else min(t.seq_len, round(2 * keys))
+            return (Kernel("flash_attn", kind, flops, traffic, s_q, span, d, b * heads,
+                           self.dtype),)
         scores = float(b * heads * s_q * t.seq_len)
         mask_passes = 3.0 if m.dropout else 0.0  # write mask (1 B ~ half elem), apply: read+write
         return (
-            _gemm("attn_scores", s_q, t.seq_len, m.head_dim, self.elem, self.dtype, b * heads),
+            _gemm("attn_scores", s_q, t.seq_len, d, self.elem, self.dtype, b * heads),
             _elementwise("softmax", scores, 2.0 + mask_passes, self.elem,
                          OpClass.TRANSCENDENTAL),
-            _gemm("attn_values", s_q, m.head_dim, t.seq_len, self.elem, self.dtype, b * heads),
+            _gemm("attn_values", s_q, v, t.seq_len, self.elem, self.dtype, b * heads),
         )
 
-    def forward(self) -> LayerWork:
-        """One layer's forward kernels on one device for one micro-batch."""
+    def _projections(self) -> list[Kernel]:
+        """Query, key and value projections up to the head-major layout attention reads."""
         m, s = self.model, self.strategy
+        e, T, gd = self.elem, self.tokens, self.gemm_dtype
+        if not m.is_mla:
+            qkv = (m.q_dim + m.kv_dim + m.v_dim) // s.tp
+            out = [_gemm("qkv", T, qkv, m.hidden, e, gd), _elementwise("qkv_layout", T * qkv, 2, e)]
+            if m.qk_norm:
+                out.append(_elementwise("qk_norm", T * (m.q_dim + m.kv_dim) // s.tp, 2, e))
+            if m.position is Position.ROPE:
+                out.append(_elementwise("rotary", T * (m.q_dim + m.kv_dim) // s.tp, 2, e))
+            return out
+        heads, rope, q_rank, kv_rank = (m.heads // s.tp, m.qk_rope_head_dim, m.q_lora_rank,
+                                        m.kv_lora_rank)
+        if q_rank:
+            out = [_gemm("q_down", T, q_rank, m.hidden, e, gd),
+                   _elementwise("q_norm", T * q_rank, 2, e),
+                   _gemm("q_up", T, heads * m.head_dim, q_rank, e, gd)]
+        else:
+            out = [_gemm("q_proj", T, heads * m.head_dim, m.hidden, e, gd)]
+        out += [_gemm("kv_down", T, kv_rank + rope, m.hidden, e, gd),
+                _elementwise("kv_norm", T * kv_rank, 2, e),
+                _gemm("kv_up", T, heads * (m.qk_nope_head_dim + m.value_head_dim), kv_rank, e, gd),
+                # Q, K (the shared rotary key copied to every head) and V, head-major.
+                _elementwise("qkv_layout", T * heads * (2 * m.head_dim + m.value_head_dim), 2, e),
+                _elementwise("rotary", T * (heads + 1) * rope, 2, e)]
+        return out
+
+    def _dense_mlp(self, prefix: str, ffn: int, tokens: int) -> list[Kernel]:
+        m, e, gd = self.model, self.elem, self.gemm_dtype
+        f = ffn // self.strategy.tp
+        up_n = 2 * f if m.mlp is Mlp.SWIGLU else f
+        return [_gemm(f"{prefix}fc1", tokens, up_n, m.hidden, e, gd),
+                _elementwise(f"{prefix}activation", tokens * f, 3 if m.mlp is Mlp.SWIGLU else 2,
+                             e, OpClass.TRANSCENDENTAL),
+                _gemm(f"{prefix}fc2", tokens, m.hidden, f, e, gd)]
+
+    def _moe_mlp(self) -> list[Kernel]:
+        """Router, permute, grouped expert GEMMs at the busiest device's rows per expert,
+        unpermute; shared experts as a dense MLP over every token (named ``shared_``, they run
+        before the dispatch)."""
+        m, s, t = self.model, self.strategy, self.training
+        e, T, gd = self.elem, self.tokens, self.gemm_dtype
+        local_experts = m.num_experts // s.ep
+        load = expert_load(T, m.top_k, m.num_experts, s.ep, t.moe)
+        rows = math.ceil(load.tokens_per_expert - 1e-9)
+        f = m.expert_ffn // s.tp
+        up_n = 2 * f if m.mlp is Mlp.SWIGLU else f
+        routed = T * m.top_k * (1.0 - load.dropped_fraction)
+        out = [_gemm("router", T, m.num_experts, m.hidden, e, self.dtype),
+               # FP32 scores: softmax/sigmoid (read, write), top-k selection (read).
+               _elementwise("router_topk", T * m.num_experts, 3, 4.0, OpClass.TRANSCENDENTAL),
+               # One copy of each token per chosen expert (read and write).
+               _elementwise("permute", routed * m.hidden, 2, e)]
+        for j in range(m.shared_experts):
+            out += self._dense_mlp(f"shared{j}_", m.shared_ffn, T)
+        received = rows * local_experts
+        if s.ep > 1:  # the received rows, sorted from source-major to expert-major
+            out.append(_elementwise("expert_sort", received * m.hidden, 2, e))
+        out += [_gemm("expert_fc1", rows, up_n, m.hidden, e, gd, local_experts),
+                _elementwise("expert_act", received * f, 3 if m.mlp is Mlp.SWIGLU else 2, e,
+                             OpClass.TRANSCENDENTAL),
+                _gemm("expert_fc2", rows, m.hidden, f, e, gd, local_experts)]
+        if s.ep > 1:
+            out.append(_elementwise("expert_unsort", received * m.hidden, 2, e))
+        # Read every expert output and its probability, write the weighted sum per token.
+        out.append(_elementwise("unpermute", routed * m.hidden + T * m.hidden, 1, e))
+        return out
+
+    def forward(self, layer: int | None = None) -> LayerWork:
+        """One layer's forward kernels on one device for one micro-batch (``layer``: which
+        layer, where layers differ; None: the last)."""
+        m, s = self.model, self.strategy
+        i = self._layer(layer)
         e, T, Tn, gd = self.elem, self.tokens, self.norm_tokens, self.gemm_dtype
-        qkv = (m.q_dim + 2 * m.kv_dim) // s.tp
-        attn = [
-            _elementwise("norm1", Tn * m.hidden, 2, e),
-            _gemm("qkv", T, qkv, m.hidden, e, gd),
-        ]
-        # Q, K, V into the head-major layout the attention kernel reads, and its output back.
-        attn.append(_elementwise("qkv_layout", T * qkv, 2, e))
-        if m.position is Position.ROPE:
-            attn.append(_elementwise("rotary", T * (m.q_dim + m.kv_dim) // s.tp, 2, e))
-        attn += list(self.attention_core())
+        attn = [_elementwise("norm1", Tn * m.hidden, 2, e)] + self._projections()
+        attn += list(self.attention_core(i))
         attn += [
-            _elementwise("attn_out_layout", T * m.q_dim // s.tp, 2, e),
-            _gemm("attn_proj", T, m.hidden, m.q_dim // s.tp, e, gd),
+            _elementwise("attn_out_layout", T * m.attn_out_dim // s.tp, 2, e),
+            _gemm("attn_proj", T, m.hidden, m.attn_out_dim // s.tp, e, gd),
             _elementwise("residual1", Tn * m.hidden, 3 + (1.5 if m.dropout else 0), e),
         ]
         mlp = [_elementwise("norm2", Tn * m.hidden, 2, e)]
-        if m.is_moe:
-            local_experts = m.num_experts // s.ep
-            routed = T * m.top_k * s.ep // m.num_experts  # tokens per local expert, balanced
-            f = m.expert_ffn // s.tp
-            mlp.append(_gemm("router", T, m.num_experts, m.hidden, e, self.dtype))
-            up_n = 2 * f if m.mlp is Mlp.SWIGLU else f
-            mlp.append(_gemm("expert_fc1", routed, up_n, m.hidden, e, gd, local_experts))
-            mlp.append(_elementwise("expert_act", routed * local_experts * f,
-                                    3 if m.mlp is Mlp.SWIGLU else 2, e, OpClass.TRANSCENDENTAL))
-            mlp.append(_gemm("expert_fc2", routed, m.hidden, f, e, gd, local_experts))
-        else:
-            f = m.ffn_hidden // s.tp
-            up_n = 2 * f if m.mlp is Mlp.SWIGLU else f
-            mlp += [
-                _gemm("fc1", T, up_n, m.hidden, e, gd),
-                _elementwise("activation", T * f, 3 if m.mlp is Mlp.SWIGLU else 2, e,
-                             OpClass.TRANSCENDENTAL),
-                _gemm("fc2", T, m.hidden, f, e, gd),
-            ]
+        mlp += self._moe_mlp() if m.is_moe_layer(i) else self._dense_mlp("", m.ffn_hidden, T)
         mlp.append(_elementwise("residual2", Tn * m.hidden, 3 + (1.5 if m.dropout else 0), e))
         return LayerWork(self._with_fp8_casts(attn), self._with_fp8_casts(mlp))
 
@@ -175,20 +241,20 @@ class LayerOps:
         return tuple(kernels) + (Kernel("fp8_cast_transpose", OpClass.ELEMENTWISE, 0.0,
                                         4.0 * elements),)
 
-    def backward(self) -> LayerWork:
+    def backward(self, layer: int | None = None) -> LayerWork:
         """Gradients of one layer: two GEMMs per forward GEMM, 2.5x for flash attention,
         1.5x the traffic for element-wise kernels."""
-        fwd = self.forward()
+        fwd = self.forward(layer)
         return LayerWork(_backward_of(fwd.attention, self.elem), _backward_of(fwd.mlp, self.elem))
 
-    def recompute(self) -> LayerWork:
+    def recompute(self, layer: int | None = None) -> LayerWork:
         """Forward work redone in backward: the whole layer (full), the attention core
         (selective), or nothing."""
         mode = self.strategy.recompute
         if mode is Recompute.FULL:
-            return self.forward()
+            return self.forward(layer)
         if mode is Recompute.SELECTIVE and self.training.attention is AttentionKernel.STANDARD:
-            return LayerWork(self.attention_core(), ())
+            return LayerWork(self.attention_core(layer), ())
         return LayerWork((), ())
 
     # --- first and last stage ----------------------------------------------------------
@@ -232,23 +298,62 @@ class LayerOps:
 
 
 # --- whole-model FLOP counts (for throughput and MFU) ---------------------------------------
+def attended_keys(model: TransformerSpec, layer: int, seq_len: int) -> float:
+    """Mean keys a query attends to under a causal mask: s/2 for global layers (the
+    block-level count flash attention's skipped blocks give), and the exact mean for a
+    sliding window (min(p + 1, w) keys at position p) or chunks (its own chunk only)."""
+    if model.is_global_attention(layer):
+        return seq_len * 0.5
+    w, s = model.local_window, seq_len
+    if model.local_attention is LocalAttention.SLIDING:
+        inside = min(w, s)
+        return (inside * (inside + 1) / 2 + (s - inside) * inside) / s
+    full, rest = divmod(s, w)
+    return (full * w * (w + 1) / 2 + rest * (rest + 1) / 2) / s
+
+
+def layer_gemm_params(model: TransformerSpec, layer: int) -> float:
+    """Weights of the GEMMs one token of layer ``layer`` multiplies (biases and norms left
+    out): attention projections, the router, shared experts and top_k routed experts (or the
+    dense MLP)."""
+    m = model
+    h = m.hidden
+    if m.is_mla:
+        q = (h * m.q_lora_rank + m.q_lora_rank * m.q_dim) if m.q_lora_rank else h * m.q_dim
+        kv = (h * (m.kv_lora_rank + m.qk_rope_head_dim)
+              + m.kv_lora_rank * m.heads * (m.qk_nope_head_dim + m.value_head_dim))
+        attention = q + kv + m.attn_out_dim * h
+    else:
+        attention = h * (m.q_dim + m.kv_dim + m.v_dim) + m.attn_out_dim * h
+    mats = 3 if m.mlp is Mlp.SWIGLU else 2
+    if m.is_moe_layer(layer):
+        width = m.top_k * m.expert_ffn + m.shared_experts * m.shared_ffn
+        return attention + m.hidden * m.num_experts + mats * m.hidden * width
+    return attention + mats * m.hidden * m.ffn_hidden
+
+
+def layer_forward_flops(model: TransformerSpec, layer: int, seq_len: int) -> float:
+    """Forward FLOPs per token of one layer, attention counted without the causal saving
+    (twice the causal keys), as Narayanan et al. SC'21 eq. (3) and PaLM App. B count it."""
+    m = model
+    keys = 2.0 * attended_keys(m, layer, seq_len)
+    attention = 2.0 * keys * m.heads * (m.head_dim + m.value_head_dim)
+    return 2.0 * layer_gemm_params(m, layer) + attention
+
+
 def model_flops_per_token(model: TransformerSpec, seq_len: int) -> float:
     """Forward + backward FLOPs per token without recompute, attention counted in full
     (non-causal) as Narayanan et al. SC'21 eq. (3) and PaLM (Chowdhery et al. 2022, App. B) do.
 
     For a GPT model this is 72 l h^2 (1 + s/(6h) + V/(12 l h)) per token (eq. (3) without the
-    recompute forward)."""
+    recompute forward). Multi-token-prediction modules add their layer, their 2h x h
+    projection and one more LM head each (DeepSeek-V3 sec. 2.2)."""
     m = model
-    gemm = m.hidden * (m.q_dim + 2 * m.kv_dim) + m.q_dim * m.hidden
-    if m.is_moe:
-        width = m.top_k * m.expert_ffn
-        gemm += m.hidden * m.num_experts
-    else:
-        width = m.ffn_hidden
-    gemm += (3 if m.mlp is Mlp.SWIGLU else 2) * m.hidden * width
-    attention = 2.0 * seq_len * m.q_dim  # QK^T and AV: 2 x (2 s q_dim) / 2 per multiply-add
-    forward = m.layers * (2.0 * gemm + 2.0 * attention) + 2.0 * m.hidden * m.vocab
-    return 3.0 * forward
+    forward = sum(layer_forward_flops(m, i, seq_len) for i in range(m.layers))
+    head = 2.0 * m.hidden * m.vocab
+    mtp = m.mtp_layers * (layer_forward_flops(m, m.layers - 1, seq_len)
+                          + 2.0 * 2 * m.hidden * m.hidden + head)
+    return 3.0 * (forward + head + mtp)
 
 
 def recompute_flops_per_token(model: TransformerSpec, seq_len: int, recompute: Recompute,
@@ -256,9 +361,9 @@ def recompute_flops_per_token(model: TransformerSpec, seq_len: int, recompute: R
     """Extra forward FLOPs per token that recomputation adds (full: every layer's forward;
     selective with unfused attention: the QK^T and AV products)."""
     m = model
-    layer_fwd = (model_flops_per_token(m, seq_len) / 3.0 - 2.0 * m.hidden * m.vocab) / m.layers
     if recompute is Recompute.FULL:
-        return m.layers * layer_fwd
+        return sum(layer_forward_flops(m, i, seq_len) for i in range(m.layers))
     if recompute is Recompute.SELECTIVE and attention is AttentionKernel.STANDARD:
-        return m.layers * 4.0 * seq_len * m.q_dim
+        return sum(2.0 * 2.0 * attended_keys(m, i, seq_len) * m.heads
+                   * (m.head_dim + m.value_head_dim) for i in range(m.layers))
     return 0.0

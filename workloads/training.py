@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from clustersim.hardware_specs import Dtype, SpecError
 from clustersim.hardware_specs.fields import Fields
+from clustersim.workloads.routing import MoeRouting
 
 
 class Precision(enum.Enum):
@@ -68,6 +69,8 @@ class TrainingSpec:
     precision: Precision = Precision.BF16
     optimizer: Optimizer = Optimizer.ADAM
     attention: AttentionKernel = AttentionKernel.FLASH
+    moe: MoeRouting = MoeRouting()
+    """How a mixture of experts routes: capacity factor (dropless by default), expert skew."""
 
     @property
     def tokens_per_step(self) -> int:
@@ -76,7 +79,10 @@ class TrainingSpec:
     def to_dict(self) -> dict:
         return {"seq_len": self.seq_len, "global_batch": self.global_batch,
                 "micro_batch": self.micro_batch, "precision": self.precision.value,
-                "optimizer": self.optimizer.value, "attention": self.attention.value}
+                "optimizer": self.optimizer.value, "attention": self.attention.value,
+                "moe": {"capacity_factor": self.moe.capacity_factor,
+                        "pad_to_capacity": self.moe.pad_to_capacity,
+                        "expert_skew": self.moe.expert_skew}}
 
 
 def training_from_mapping(data: Mapping, path: str = "training") -> TrainingSpec:
@@ -88,9 +94,18 @@ def training_from_mapping(data: Mapping, path: str = "training") -> TrainingSpec
         precision=f.choice("precision", Precision, Precision.BF16),
         optimizer=f.choice("optimizer", Optimizer, Optimizer.ADAM),
         attention=f.choice("attention", AttentionKernel, AttentionKernel.FLASH),
+        moe=_routing(f.sub("moe")),
     )
     f.done()
     if spec.micro_batch > spec.global_batch:
         raise SpecError(f"{path}.micro_batch", f"{spec.micro_batch} exceeds "
                         f"{path}.global_batch={spec.global_batch}")
     return spec
+
+
+def _routing(f: Fields) -> MoeRouting:
+    routing = MoeRouting(capacity_factor=f.number("capacity_factor", 0.0, minimum=0.0),
+                         pad_to_capacity=f.boolean("pad_to_capacity", False),
+                         expert_skew=f.number("expert_skew", 0.0, minimum=0.0))
+    f.done()
+    return routing.check(f.path)
