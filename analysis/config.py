@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from clustersim.hardware_specs import Catalog, ClusterSpec, Placement, SpecError, load_catalog
+from clustersim.hardware_specs.fabric import MAX_OVERSUBSCRIPTION
 from clustersim.hardware_specs.fields import Fields
 from clustersim.hardware_specs.memory import MemoryTierSpec, TierKind
 from clustersim.hardware_specs.textfile import load_yaml
@@ -82,7 +83,7 @@ def parse_cluster(f: Fields, catalog: Catalog) -> ClusterSpec:
         path=f.path,
     )
     if f.has("oversubscription"):
-        ratio = f.number("oversubscription", minimum=1.0)
+        ratio = f.number("oversubscription", minimum=1.0, maximum=MAX_OVERSUBSCRIPTION)
         cluster = replace(cluster, fabric=cluster.fabric.with_oversubscription(ratio))
     cluster = replace(cluster, placement=f.choice("placement", Placement, Placement.PACKED))
     f.done()

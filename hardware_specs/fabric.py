@@ -10,6 +10,11 @@ from clustersim.hardware_specs.fields import Fields
 from clustersim.hardware_specs.units import Quantity
 
 
+MAX_OVERSUBSCRIPTION = 64.0
+"""Downlinks per uplink of a switch: a 64-port switch with one uplink is 63:1, the most a
+fat-tree tier can be."""
+
+
 class FabricKind(enum.Enum):
     RAIL_OPTIMIZED = "rail_optimized"
     """NIC k of every node goes to the leaf switches of rail k (DGX SuperPOD style)."""
@@ -70,7 +75,8 @@ def read_fabric(f: Fields) -> FabricSpec:
         tiers.append(FabricTier(
             name=t.text("name"),
             radix=t.integer("radix", minimum=2),
-            oversubscription=t.number("oversubscription", 1.0, minimum=1.0),
+            oversubscription=t.number("oversubscription", 1.0, minimum=1.0,
+                                      maximum=MAX_OVERSUBSCRIPTION),
             latency_s=t.quantity("latency", Quantity.TIME),
         ))
         t.done()

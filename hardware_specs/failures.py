@@ -189,6 +189,11 @@ class FailureModel:
         return 1 if domain is Domain.NODE else self.domains[domain]
 
 
+MAX_SLOWDOWN = 1000.0
+"""A straggler 1,000 times slower has stopped: a failure, not a slowdown."""
+MAX_DURATION_S = 365 * 86400.0
+"""A degradation lasting past a year outlives any training run."""
+
 _DISTRIBUTION_FIELDS = {
     DistributionKind.FIXED: ("value",),
     DistributionKind.UNIFORM: ("low", "high"),
@@ -198,18 +203,25 @@ _DISTRIBUTION_FIELDS = {
 }
 
 
-def read_distribution(f: Fields, kind: Quantity, minimum: float) -> Distribution:
+MAX_SIGMA = 5.0
+"""A lognormal's sigma: at 5 its 99th percentile is already 10^5 times its median; beyond, the
+tail overflows a float before it means anything."""
+
+
+def read_distribution(f: Fields, kind: Quantity, minimum: float, maximum: float
+                      ) -> Distribution:
     """``{distribution: uniform, low: 1.2, high: 2}`` or ``{distribution: fixed, value: 30 min}``;
-    values are ``kind`` quantities (so durations take units) and at least ``minimum``."""
+    values are ``kind`` quantities (so durations take units) from ``minimum`` to ``maximum``."""
     dist = f.choice("distribution", DistributionKind)
     values = {}
     for name in _DISTRIBUTION_FIELDS[dist]:
         if name == "sigma":
-            values[name] = f.number(name, minimum=0.0)
+            values[name] = f.number(name, minimum=0.0, maximum=MAX_SIGMA)
             continue
         values[name] = f.quantity(name, kind, positive=False)
-        if values[name] < minimum:
-            raise SpecError(f.at(name), f"expected at least {minimum:g}, got {values[name]:g}")
+        if not minimum <= values[name] <= maximum:
+            raise SpecError(f.at(name), f"expected {minimum:g} to {maximum:g}, "
+                                        f"got {values[name]:g}")
     f.done()
     if "high" in values and values["high"] < values["low"]:
         raise SpecError(f.at("high"), f"{values['high']:g} is below low={values['low']:g}")
@@ -226,9 +238,11 @@ def _read_degradation(f: Fields, base: DegradationSpec | None) -> DegradationSpe
         rate_per_1000_node_days=f.number(
             "rate_per_1000_node_days",
             base.rate_per_1000_node_days if base else MISSING, minimum=0.0),
-        slowdown=(read_distribution(f.sub("slowdown", required=True), Quantity.COUNT, 1.0)
+        slowdown=(read_distribution(f.sub("slowdown", required=True), Quantity.COUNT, 1.0,
+                                    MAX_SLOWDOWN)
                   if f.has("slowdown") or base is None else base.slowdown),
-        duration=(read_distribution(f.sub("duration", required=True), Quantity.TIME, 0.0)
+        duration=(read_distribution(f.sub("duration", required=True), Quantity.TIME, 0.0,
+                                    MAX_DURATION_S)
                   if f.has("duration") or base is None else base.duration),
         source=f.text("source", base.source if base else ""),
     )

@@ -89,3 +89,23 @@ def test_deep_or_huge_numbers_in_yaml_and_json_are_one_line_errors(tmp_path):
     broken.write_text('{"hidden": ')
     with pytest.raises(SpecError, match="not valid JSON"):
         load_json(broken, "model")
+
+
+@pytest.mark.parametrize("section, expected", [
+    ({"distribution": "fixed", "value": 1e308}, "slowdown.value: expected 1 to 1000"),
+    ({"distribution": "lognormal", "median": 2, "sigma": 1e308}, "slowdown.sigma: expected a number <= 5"),
+])
+def test_straggler_slowdowns_are_bounded_by_name(section, expected):
+    from clustersim.hardware_specs.failures import MAX_SLOWDOWN, read_distribution
+    from clustersim.hardware_specs.units import Quantity
+    with pytest.raises(SpecError, match=expected):
+        read_distribution(Fields(section, "slowdown"), Quantity.COUNT, 1.0, MAX_SLOWDOWN)
+
+
+def test_oversubscription_is_bounded_by_name(catalog):
+    from clustersim.analysis.config import config_from_mapping
+    raw = {"model": "llama3-8b", "training": {"seq_len": 2048, "global_batch": 16},
+           "strategy": {"dp": 8}, "cluster": {"gpu": "h100-sxm", "num_gpus": 8,
+                                              "oversubscription": 1e308}}
+    with pytest.raises(SpecError, match="cluster.oversubscription: expected a number <= 64"):
+        config_from_mapping(raw)
