@@ -159,3 +159,17 @@ def test_moe_routing_options_are_read_and_checked():
                                "moe": {"pad_to_capacity": True}})
     with pytest.raises(SpecError, match="training.moe.capacity: unknown field"):
         training_from_mapping({"seq_len": 4096, "global_batch": 8, "moe": {"capacity": 1}})
+
+
+def test_moe_and_mla_activations_per_layer_kind():
+    from clustersim.workloads.memory import layer_activation_bytes
+    m = resolve("deepseek-v3")
+    t = TrainingSpec(seq_len=4096, global_batch=1)
+    s = Strategy()
+    dense, moe = (layer_activation_bytes(m, t, s, 0), layer_activation_bytes(m, t, s, 3))
+    # A MoE layer keeps each token's 8 routed copies (h each) and the gate/up/down tensors of
+    # 8 routed experts and the shared one (3 x 9 x 2048) where a dense layer keeps 3 x 18432.
+    per_token = 2.0 * (8 * m.hidden + 3 * (9 * 2048 - 18432))
+    assert moe - dense == pytest.approx(4096 * per_token, rel=1e-12)
+    # MLA: values and attention output are 128 wide per head, queries and keys 192.
+    assert m.v_dim == m.attn_out_dim == 128 * 128 and m.q_dim == m.kv_dim == 128 * 192

@@ -69,37 +69,48 @@ class StageMemory:
 
 
 def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
-                           strategy: Strategy) -> float:
+                           strategy: Strategy, layer: int | None = None) -> float:
     """Stored activations of one layer, one micro-batch, one device (Korthikanti et al. 2022).
 
     With MHA, a GeLU MLP of 4h, dropout, unfused attention and no recompute this is exactly
     s b h (10 + 24/t + 5 a s/(h t)), or s b h (34/t + 5 a s/(h t)) with sequence parallelism.
+    ``layer`` picks the layer where they differ (None: the last). MLA keeps its query and
+    key/value latents (replicated, as its down-projections are), Q and K of head_dim and V of
+    v_head_dim per head; a MoE layer keeps each routed copy of a token as its expert's input,
+    the experts' (top_k of them) and shared experts' intermediates.
     """
     m, t, st = model, training, strategy
     if st.recompute is Recompute.FULL:
         # Only the layer input, sharded by sequence parallelism when it is on.
         return 2.0 * _sbh(m, t, st) / (st.tp if st.sequence_parallel else 1)
+    i = m.layers - 1 if layer is None else layer
     tp, sp = st.tp, st.sequence_parallel
     e = t.precision.activation_bytes
     sbh = _sbh(m, t, st)                       # s b h on this device's sequence shard
     per = sbh / m.hidden                       # s b
     mask = 1.0 if m.dropout else 0.0           # dropout masks: 1 byte per element
-    ffn = (m.top_k * m.expert_ffn) if m.is_moe else m.ffn_hidden
+    moe = m.is_moe_layer(i)
+    ffn = (m.top_k * m.expert_ffn + m.shared_experts * m.shared_ffn) if moe else m.ffn_hidden
     # Kept whole on each TP rank unless sequence parallelism splits them: the inputs of the two
-    # norms, of the QKV GEMM and of fc1 (e bytes each), and the two dropout masks.
+    # norms, of the QKV GEMM and of fc1 (or the router), and the two dropout masks.
     replicated = (4 * e + 2 * mask) * sbh
     # Split over TP:
     split = (e * per * (m.q_dim + m.kv_dim)    # Q and K for QK^T
-             + e * per * m.kv_dim              # V
-             + e * per * m.q_dim)              # attention-projection input
+             + e * per * m.v_dim               # V
+             + e * per * m.attn_out_dim)       # attention-projection input
     split += e * per * ffn * (3 if m.mlp is Mlp.SWIGLU else 2)   # gate/up outputs, fc2 input
+    whole = 0.0
+    if m.is_mla:   # latents in and out of their norms, on every TP rank
+        whole += 2 * e * per * (m.q_lora_rank + m.kv_lora_rank)
+    if moe:        # each token's copy for each of its experts (expert TP keeps rows whole)
+        whole += e * per * m.top_k * m.hidden
     core = 0.0
     if t.attention is AttentionKernel.STANDARD and st.recompute is Recompute.NONE:
         scores = per * m.heads * t.seq_len    # b a s_local s
         core = scores * (e + (mask + e if m.dropout else 0.0))  # softmax out, mask, dropout out
     elif t.attention.fused:
         core = 4.0 * per * m.heads            # FP32 log-sum-exp per query and head
-    return replicated / (tp if sp else 1) + (split + core) / tp
+    return replicated / (tp if sp else 1) + whole + (split + core) / tp
 
 
 def _sbh(model: TransformerSpec, training: TrainingSpec, strategy: Strategy) -> float:
