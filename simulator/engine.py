@@ -274,7 +274,7 @@ class StepSimulation:
         instances = self._instances(op.group, classes)
         if len(instances[0]) <= 1 or op.bytes <= 0:
             return
-        plan = self.network.plan(op.kind, op.bytes, instances)
+        plan = self.network.plan(op.kind, op.bytes, instances, op.routing)
         copies = len(instances[0]) * COPY_KERNEL_S if op.per_rank_copies else 0.0
         yield from self._transfer(plan, classes, copies)
 

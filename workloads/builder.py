@@ -38,7 +38,7 @@ from clustersim.workloads.strategies.pipeline import stage_order
 from clustersim.workloads.strategy import Offload, Recompute, Zero3Granularity, Zero3Prefetch
 from clustersim.workloads.trace import (
     CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, GroupSet, Op, Phase, Program,
-    RecvOp, SendOp, Stream, Trace, validate,
+    RecvOp, SendOp, Stream, TokenRouting, Trace, validate,
 )
 
 _FWD_TAG, _BWD_TAG = 0, 1
@@ -62,10 +62,11 @@ class _Emitter:
         return op_id
 
     def collective(self, name: str, kind: CollectiveKind, nbytes: float, group: str,
-                   stream: Stream, deps: tuple[int, ...] = (), per_rank_copies: bool = False) -> int:
+                   stream: Stream, deps: tuple[int, ...] = (), per_rank_copies: bool = False,
+                   routing: TokenRouting | None = None) -> int:
         op_id = self._id()
         self.ops.append(CollectiveOp(op_id, name, kind, nbytes, group, stream,
-                                     tuple(sorted(set(deps))), per_rank_copies))
+                                     tuple(sorted(set(deps))), per_rank_copies, routing))
         return op_id
 
     def send(self, name: str, peer: int, nbytes: float, tag: int, deps: tuple[int, ...]) -> int:
@@ -175,15 +176,18 @@ class _StageBuilder:
         if not m.is_moe or s.ep == 1:
             return self._tp_block(name, phase, kernels, deps, phase is Phase.BACKWARD)
         # Each rank dispatches its own tokens (its sequence shard under sequence parallelism).
-        routed_bytes = self.ops.norm_tokens * m.top_k * m.hidden * self.elem
+        routing = TokenRouting(dispatcher=s.ep_dispatcher, tokens=self.ops.norm_tokens,
+                               token_bytes=m.hidden * self.elem, top_k=m.top_k,
+                               experts=m.num_experts, groups=m.expert_groups,
+                               groups_per_token=m.expert_group_limit or m.expert_groups)
         pre = tuple(k for k in kernels if not k.name.startswith("expert"))
         experts = tuple(k for k in kernels if k.name.startswith("expert"))
         first = e.compute(f"{name}.router", phase, pre, deps)
-        dispatch = e.collective(f"{name}.ep_dispatch", CollectiveKind.ALL_TO_ALL, routed_bytes,
-                                "ep", Stream.EP, (first,))
+        dispatch = e.collective(f"{name}.ep_dispatch", CollectiveKind.ALL_TO_ALL,
+                                routing.payload_bytes, "ep", Stream.EP, (first,), routing=routing)
         mid = e.compute(f"{name}.experts", phase, experts, (dispatch,))
-        return e.collective(f"{name}.ep_combine", CollectiveKind.ALL_TO_ALL, routed_bytes,
-                            "ep", Stream.EP, (mid,))
+        return e.collective(f"{name}.ep_combine", CollectiveKind.ALL_TO_ALL,
+                            routing.payload_bytes, "ep", Stream.EP, (mid,), routing=routing)
 
     def _attention(self, name: str, phase: Phase, kernels: tuple[Kernel, ...],
                    deps: tuple[int, ...], backward: bool) -> int:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from clustersim.hardware_specs import SpecError
 from clustersim.hardware_specs.fields import Fields
 from clustersim.workloads.model import TransformerSpec
+from clustersim.workloads.dispatch import Dispatcher
 from clustersim.workloads.training import TrainingSpec
 
 
@@ -89,6 +90,9 @@ class Strategy:
     """Context parallel: the sequence split across devices, attention as a ring (Liu et al. 2023)."""
     ep: int = 1
     """Expert parallel: experts split across devices of the data-parallel group."""
+    ep_dispatcher: Dispatcher = Dispatcher.ALLTOALL
+    """How tokens reach their experts: NCCL all-to-all, or DeepEP's normal or low-latency
+    kernels (Megatron-Core ``--moe-token-dispatcher-type alltoall`` or ``flex``)."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism: norms/dropout split over TP; all-gather + reduce-scatter."""
     schedule: Schedule = Schedule.ONE_F_ONE_B
@@ -136,6 +140,7 @@ class Strategy:
 
     def to_dict(self) -> dict:
         return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep,
+                "ep_dispatcher": self.ep_dispatcher.value,
                 "sequence_parallel": self.sequence_parallel, "schedule": self.schedule.value,
                 "virtual_stages": self.virtual_stages, "recompute": self.recompute.value,
                 "recompute_layers": self.recompute_layers, "zero": self.zero,
@@ -156,6 +161,7 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
         pp=f.integer("pp", 1, minimum=1),
         cp=f.integer("cp", 1, minimum=1),
         ep=f.integer("ep", 1, minimum=1),
+        ep_dispatcher=f.choice("ep_dispatcher", Dispatcher, Dispatcher.ALLTOALL),
         sequence_parallel=f.boolean("sequence_parallel", False),
         schedule=f.choice("schedule", Schedule, Schedule.ONE_F_ONE_B),
         virtual_stages=f.integer("virtual_stages", 1, minimum=1),
@@ -225,6 +231,9 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
     elif s.ep != 1:
         raise SpecError(f"{path}.ep", f"{s.ep} needs a mixture-of-experts model "
                         "(model.num_experts > 1)")
+    if s.ep_dispatcher is not Dispatcher.ALLTOALL and s.ep == 1:
+        raise SpecError(f"{path}.ep_dispatcher", f"{s.ep_dispatcher.value} dispatches tokens "
+                        "between expert-parallel ranks and needs ep > 1")
     if s.virtual_stages > 1 and s.schedule is not Schedule.INTERLEAVED:
         raise SpecError(f"{path}.virtual_stages", f"{s.virtual_stages} needs schedule: interleaved")
     if s.schedule is Schedule.INTERLEAVED:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from clustersim.hardware_specs import OpClass, SpecError
 from clustersim.workloads.layer_ops import Kernel
+from clustersim.workloads.dispatch import Dispatcher, TokenRouting
 
 TRACE_VERSION = 1
 
@@ -94,6 +95,8 @@ class CollectiveOp:
     per_rank_copies: bool = False
     """The result lands in a list of per-rank tensors: one copy kernel per rank after the
     collective (PyTorch's all_gather with a tensor list, as DeepSpeed ZeRO-3 used it)."""
+    routing: TokenRouting | None = None
+    """Expert-parallel dispatch or combine (all-to-all): how its tokens fan out."""
 
 
 @dataclass(frozen=True, slots=True)

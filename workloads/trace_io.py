@@ -18,8 +18,8 @@ from clustersim.hardware_specs import Dtype, OpClass, SpecError
 from clustersim.hardware_specs.textfile import load_json
 from clustersim.workloads.layer_ops import Kernel
 from clustersim.workloads.trace import (
-    CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, GroupSet, MemoryOp, Op, Phase,
-    Program, RecvOp, SendOp, Stream, Trace, validate,
+    CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, Dispatcher, GroupSet, MemoryOp, Op,
+    Phase, Program, RecvOp, SendOp, Stream, TokenRouting, Trace, validate,
 )
 
 _TYPE = {ComputeOp: "compute", CollectiveOp: "collective", SendOp: "send", RecvOp: "recv",
@@ -39,6 +39,12 @@ def _op_dict(op: Op) -> dict:
     elif isinstance(op, CollectiveOp):
         out.update(kind=op.kind.value, bytes=op.bytes, group=op.group,
                    per_rank_copies=op.per_rank_copies)
+        if op.routing is not None:
+            r = op.routing
+            out["routing"] = {"dispatcher": r.dispatcher.value, "tokens": r.tokens,
+                              "token_bytes": r.token_bytes, "top_k": r.top_k,
+                              "experts": r.experts, "groups": r.groups,
+                              "groups_per_token": r.groups_per_token}
     elif isinstance(op, (SendOp, RecvOp)):
         out.update(group=op.group, peer=op.peer, bytes=op.bytes, tag=op.tag)
     elif isinstance(op, CopyOp):
@@ -66,6 +72,15 @@ def _kernel(d: dict) -> Kernel:
                   int(d.get("batch", 1)), Dtype(d.get("dtype", "bf16")))
 
 
+def _routing(d: dict | None) -> TokenRouting | None:
+    if d is None:
+        return None
+    return TokenRouting(dispatcher=Dispatcher(d["dispatcher"]), tokens=float(d["tokens"]),
+                        token_bytes=float(d["token_bytes"]), top_k=int(d["top_k"]),
+                        experts=int(d["experts"]), groups=int(d.get("groups", 1)),
+                        groups_per_token=int(d.get("groups_per_token", 1)))
+
+
 def _op(d: dict) -> Op:
     common = dict(id=int(d["id"]), name=str(d["name"]), deps=tuple(int(x) for x in d.get("deps", [])))
     kind = d["type"]
@@ -75,7 +90,8 @@ def _op(d: dict) -> Op:
     if kind == "collective":
         return CollectiveOp(kind=CollectiveKind(d["kind"]), bytes=float(d["bytes"]),
                             group=str(d["group"]), stream=Stream(d["stream"]),
-                            per_rank_copies=bool(d.get("per_rank_copies", False)), **common)
+                            per_rank_copies=bool(d.get("per_rank_copies", False)),
+                            routing=_routing(d.get("routing")), **common)
     if kind in ("send", "recv"):
         cls = SendOp if kind == "send" else RecvOp
         return cls(group=str(d["group"]), peer=int(d["peer"]), bytes=float(d["bytes"]),

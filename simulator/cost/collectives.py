@@ -222,7 +222,7 @@ class CollectivePlanner:
         self._unit: dict[tuple, tuple[tuple[Link, float], ...]] = {}
 
     # --- network loads per byte of volume ------------------------------------------------
-    def _nodes(self, group: tuple[int, ...]) -> dict[int, list[int]]:
+    def nodes_of(self, group: tuple[int, ...]) -> dict[int, list[int]]:
         per: dict[int, list[int]] = defaultdict(list)
         for device in group:
             per[self.topology.location(device).node].append(device)
@@ -236,7 +236,7 @@ class CollectivePlanner:
         if hit is None:
             loads: dict[Link, float] = defaultdict(float)
             for group in instances:
-                nodes = list(self._nodes(group).items())
+                nodes = list(self.nodes_of(group).items())
                 if len(nodes) < 2:
                     continue
                 for (_, here), (_, there) in zip(nodes, nodes[1:] + nodes[:1]):
@@ -272,7 +272,7 @@ class CollectivePlanner:
         if hit is None:
             loads: dict[Link, float] = defaultdict(float)
             for group in instances:
-                for members in self._nodes(group).values():
+                for members in self.nodes_of(group).values():
                     for device in members:
                         loc = self.topology.location(device)
                         for kind in (LinkKind.NIC_TX, LinkKind.NIC_RX):
@@ -300,6 +300,11 @@ class CollectivePlanner:
         return (BASE_LATENCY_US[algorithm][proto]
                 + inter * HOP_LATENCY_US[Hop.NET][net_algorithm][proto]) * 1e-6 \
             + (steps - inter) * intra + inter * node.nic_latency_s
+
+    def step_latency(self, multi: bool, per_node: int) -> float:
+        """One direct send/recv step with the Simple protocol: NCCL's base latency and one
+        hop, a network hop when the group spans nodes (with the proxy's post overheads)."""
+        return self._latency(Algorithm.RING, Protocol.SIMPLE, 1, 1 if multi else 0, per_node)
 
     def _intra_hop_s(self, algorithm: Algorithm, proto: Protocol, chained: bool = True) -> float:
         """One step inside the node: NCCL's table, or the measured Simple step on NVLink when
@@ -343,7 +348,7 @@ class CollectivePlanner:
               instances: tuple[tuple[int, ...], ...]) -> list[Plan]:
         group = instances[0]
         n = len(group)
-        nodes = self._nodes(group)
+        nodes = self.nodes_of(group)
         per_node = max(len(m) for m in nodes.values())
         multi = len(nodes) > 1
         if kind is CollectiveKind.ALL_TO_ALL:
@@ -352,8 +357,7 @@ class CollectivePlanner:
             # NCCL runs all-to-all as grouped send/recv: one Simple-protocol hop each way, and
             # the proxy thread posts a send and a receive for every peer in another node.
             remote = n - per_node
-            lat = (self._latency(Algorithm.RING, Protocol.SIMPLE, 1, 1 if multi else 0, per_node)
-                   + 2 * remote * self.cluster.node.net_post_overhead_s)
+            lat = self.step_latency(multi, per_node) + 2 * remote * self.cluster.node.net_post_overhead_s
             single = SINGLE_GPU_PER_NODE_EFFICIENCY if per_node == 1 else 1.0
             return [Plan(Algorithm.DIRECT, Protocol.SIMPLE, lat, volume / self.scale_up,
                          tuple((l, u * nbytes / single) for l, u in unit))]

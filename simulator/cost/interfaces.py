@@ -11,7 +11,7 @@ from typing import Protocol
 
 from clustersim.hardware_specs.topology import Topology
 from clustersim.simulator.cost.collectives import Plan
-from clustersim.workloads.trace import CollectiveKind, ComputeOp, CopyKind
+from clustersim.workloads.trace import CollectiveKind, ComputeOp, CopyKind, TokenRouting
 
 Instances = tuple[tuple[int, ...], ...]
 """The device groups that run one collective at the same time (e.g. all DP groups of a stage)."""
@@ -29,7 +29,8 @@ class NetworkCost(Protocol):
 
     topology: Topology
 
-    def plan(self, kind: CollectiveKind, nbytes: float, instances: Instances) -> Plan: ...
+    def plan(self, kind: CollectiveKind, nbytes: float, instances: Instances,
+             routing: TokenRouting | None = None) -> Plan: ...
 
     def p2p_plan(self, nbytes: float, pairs: list[tuple[int, int]]) -> Plan: ...
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from clustersim.hardware_specs.measured_comm import AlphaBeta, CommOp
 from clustersim.simulator.cost.collectives import Algorithm, Plan, Protocol
 from clustersim.simulator.cost.network import Instances, NetworkModel
-from clustersim.workloads.trace import CollectiveKind
+from clustersim.workloads.trace import CollectiveKind, Dispatcher, TokenRouting
 
 _OP_OF_KIND = {
     CollectiveKind.ALL_REDUCE: CommOp.ALL_REDUCE,
@@ -52,11 +52,13 @@ class MeasuredNetwork(NetworkModel):
     def _inside_one_node(self, devices) -> bool:
         return len({self.topology.location(d).node for d in devices}) == 1
 
-    def plan(self, kind: CollectiveKind, nbytes: float, instances: Instances) -> Plan:
+    def plan(self, kind: CollectiveKind, nbytes: float, instances: Instances,
+             routing: TokenRouting | None = None) -> Plan:
         op = _OP_OF_KIND.get(kind)
         fit = self.cluster.node.measured_comm.get(op) if op is not None else None
-        if fit is None or not self._inside_one_node(instances[0]):
-            return super().plan(kind, nbytes, instances)
+        deepep = routing is not None and routing.dispatcher is not Dispatcher.ALLTOALL
+        if fit is None or deepep or not self._inside_one_node(instances[0]):
+            return super().plan(kind, nbytes, instances, routing)
         return self._plan(fit, op, len(instances[0]), nbytes)
 
     def p2p_plan(self, nbytes: float, pairs: list[tuple[int, int]]) -> Plan:

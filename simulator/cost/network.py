@@ -16,8 +16,9 @@ from clustersim.hardware_specs.topology import Topology
 from clustersim.simulator.cost.collectives import (
     COPY_KERNEL_S, Algorithm, CollectivePlanner, Plan, Protocol,
 )
+from clustersim.simulator.cost.expert_dispatch import ExpertDispatchPlanner
 from clustersim.simulator.cost.interfaces import Instances
-from clustersim.workloads.trace import CollectiveKind
+from clustersim.workloads.trace import CollectiveKind, Dispatcher, TokenRouting
 
 __all__ = ["Algorithm", "Instances", "NetworkModel", "Plan", "Protocol", "bus_factor"]
 
@@ -28,11 +29,21 @@ class NetworkModel:
         self.cluster = cluster
         self.topology = Topology(cluster)
         self.planner = CollectivePlanner(cluster, self.topology)
+        self.dispatch = ExpertDispatchPlanner(self.planner)
         self.algorithms = dict(algorithms or {})
         """Forced algorithm per collective kind (others: fastest)."""
         self._plans: dict[tuple, Plan] = {}
 
-    def plan(self, kind: CollectiveKind, nbytes: float, instances: Instances) -> Plan:
+    def plan(self, kind: CollectiveKind, nbytes: float, instances: Instances,
+             routing: TokenRouting | None = None) -> Plan:
+        """The plan of a collective; an expert-parallel all-to-all whose ``routing`` names a
+        DeepEP dispatcher runs DeepEP's kernels instead of NCCL's."""
+        if routing is not None and routing.dispatcher is not Dispatcher.ALLTOALL:
+            key = (routing, instances)
+            hit = self._plans.get(key)
+            if hit is None:
+                hit = self._plans[key] = self.dispatch.plan(routing, instances)
+            return hit
         key = (kind, nbytes, instances)
         hit = self._plans.get(key)
         if hit is None:
@@ -48,12 +59,13 @@ class NetworkModel:
         return hit
 
     def collective_time(self, kind: CollectiveKind, nbytes: float, instances: Instances,
-                        per_rank_copies: bool = False) -> float:
+                        per_rank_copies: bool = False,
+                        routing: TokenRouting | None = None) -> float:
         """Uncontended time of a collective run by ``instances`` at once."""
         if len(instances[0]) <= 1 or nbytes <= 0:
             return 0.0
         copies = len(instances[0]) * COPY_KERNEL_S if per_rank_copies else 0.0
-        return self.plan(kind, nbytes, instances).time(self.topology) + copies
+        return self.plan(kind, nbytes, instances, routing).time(self.topology) + copies
 
     def p2p_plan(self, nbytes: float, pairs: list[tuple[int, int]]) -> Plan:
         """Sends of ``nbytes`` between all (src, dst) device pairs at once."""
