@@ -1,16 +1,29 @@
-"""Shared fixtures: the catalog, and small jobs that simulate in well under a second."""
+"""Shared fixtures: the catalog, and small jobs that simulate in well under a second.
+
+Tiers: ``pytest -m "not slow"`` is the fast tier (under a minute); ``pytest`` runs everything,
+as CI does. Property tests draw a fixed set of examples (``ci`` profile, derandomized: a failure
+reproduces on every run); ``HYPOTHESIS_PROFILE=thorough`` draws many more at random.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from clustersim.hardware_specs import load_catalog
 from clustersim.workloads import Job, Strategy, TrainingSpec
 from clustersim.workloads.model import from_mapping
 
 REPO = Path(__file__).resolve().parents[1]
+
+settings.register_profile("ci", max_examples=10, deadline=None, derandomize=True, database=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("thorough", max_examples=300, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")
