@@ -7,8 +7,9 @@
     points.csv       one line per simulated point, appended and flushed as each finishes
 
 A line is written with one ``write`` and then flushed and synced, so a sweep killed at any
-moment (SIGINT or SIGKILL) leaves every finished point on disk; a torn last line (killed while
-writing) is ignored by readers, cut by the next sweep, and that point simulated again.
+moment (SIGINT or SIGKILL) leaves every finished point on disk. Each line ends with a checksum
+of its fields: a torn, damaged or repeated line is ignored by readers, dropped (and reported)
+by the next sweep, and that point simulated again; no strategy is ever ranked twice.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ WARN_KEYS = ("code_id",)
 """Entries that only warn: a source checkout changes its code between runs of one release."""
 
 PACKAGES = ("clustersim", "simpy", "numpy", "pandas")
+
+CHECK = "check"
+"""The last column of points.csv: a hash of the line's other fields."""
+MAX_LINE = 64 * 1024
+"""No point's line comes near it (an error message is cut to a line); a longer one is damage."""
 
 
 def digest(data: Any) -> str:
@@ -142,42 +148,105 @@ class RunStore:
         atomic_write(self.path(CANDIDATES), to_csv(rows))
 
     def points_text(self) -> str:
-        """The complete lines of points.csv (a torn last line, left by a kill in the middle of
-        a write, is not a point). Readers never modify the file: a sweep may be appending."""
-        p = self.path(POINTS)
-        text = p.read_text() if p.exists() else ""
-        return text[: text.rfind("\n") + 1]
+        """The points as CSV text without the checksum column: the header, then every intact
+        line, each key once (the first). Readers never modify the file: a sweep may be
+        appending."""
+        return _points(self._raw_points())[0]
 
     def read_points(self) -> dict[str, dict]:
         """Finished points by key."""
         return {row["key"]: row for row in csv.DictReader(io.StringIO(self.points_text()))}
 
-    def repair(self) -> None:
-        """Cut a torn last line before appending (only the writer calls this)."""
+    def repair(self) -> list[str]:
+        """Drop torn, damaged and repeated lines before appending (only the writer calls this);
+        what was dropped is reported on stderr and returned, and those points run again."""
         p = self.path(POINTS)
-        if p.exists():
-            text = self.points_text()
-            if len(text) != p.stat().st_size:
-                atomic_write(p, text)
+        raw = self._raw_points()
+        text, dropped = _points(raw)
+        if dropped:
+            print(f"warning: {p}: dropped {len(dropped)} line(s) that will be simulated again: "
+                  + "; ".join(dropped[:5]) + (" ..." if len(dropped) > 5 else ""), file=sys.stderr)
+        rows = list(csv.reader(io.StringIO(text)))
+        fresh = "".join(_line(r, header=(i == 0)) for i, r in enumerate(rows))
+        if fresh != raw:
+            atomic_write(p, fresh)
+        return dropped
+
+    def _raw_points(self) -> str:
+        p = self.path(POINTS)
+        return p.read_text(errors="replace") if p.exists() else ""
 
     def append_point(self, row: dict) -> None:
         """One finished point: a single write of a whole line, then flush and fsync."""
         p = self.path(POINTS)
-        new = not p.exists() or p.stat().st_size == 0
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(row), lineterminator="\n")
-        if new:
-            writer.writeheader()
-        else:
-            with p.open(newline="") as fh:
+        text = _line(list(row), header=True) if not p.exists() or p.stat().st_size == 0 else ""
+        if not text:
+            with p.open(newline="", errors="replace") as fh:
                 header = next(csv.reader(fh))
-            if header != list(row):
-                raise SpecError("--out", f"{p} has columns {header}, expected {list(row)}")
-        writer.writerow(row)
+            if header != [*row, CHECK]:
+                raise SpecError("--out", f"{p} has columns {header}, expected {[*row, CHECK]}")
+        text += _line(["" if v is None else str(v) for v in row.values()])
         with p.open("a", newline="") as fh:
-            fh.write(buf.getvalue())
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+
+
+def _checksum(fields: list[str]) -> str:
+    return hashlib.sha256("\x1f".join(fields).encode()).hexdigest()[:12]
+
+
+def _line(fields: list[str], header: bool = False) -> str:
+    """One CSV line of ``fields`` and their checksum (or the checksum column's name); values
+    are kept to one line, so that a line is a record."""
+    fields = [" ".join(f.splitlines()) for f in fields]
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow([*fields, CHECK if header else _checksum(fields)])
+    return buf.getvalue()
+
+
+def _points(raw: str) -> tuple[str, list[str]]:
+    """(CSV text of the intact, first-seen points without the checksum; why each other line
+    was dropped). A folder written before checksums existed is read by field count alone."""
+    lines = raw.split("\n")
+    header = _fields(lines[0])
+    if not header or "key" not in header:
+        return "", (["line 1: not a points header"] if raw.strip() else [])
+    checked = header[-1] == CHECK
+    names = header[:-1] if checked else header
+    rows, seen, dropped = [], set(), []
+    complete = lines[1:-1]                     # the text after the last newline is torn
+    if lines[-1]:
+        dropped.append(f"line {len(lines)}: torn (no end of line)")
+    for number, line in enumerate(complete, start=2):
+        fields = _fields(line)
+        if fields is None or len(fields) != len(header):
+            dropped.append(f"line {number}: damaged")
+            continue
+        values = fields[:-1] if checked else fields
+        if checked and fields[-1] != _checksum(values):
+            dropped.append(f"line {number}: checksum mismatch")
+            continue
+        key = values[names.index("key")]
+        if key in seen:
+            dropped.append(f"line {number}: {key} again")
+            continue
+        seen.add(key)
+        rows.append(values)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(names)
+    writer.writerows(rows)
+    return buf.getvalue(), dropped
+
+
+def _fields(line: str) -> list[str] | None:
+    if not line or len(line) > MAX_LINE:
+        return None
+    try:
+        return next(csv.reader([line]))
+    except (csv.Error, StopIteration):
+        return None
 
 
 def to_csv(rows: Iterable[dict]) -> str:

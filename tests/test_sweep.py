@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from clustersim.analysis.config import config_from_mapping
-from clustersim.analysis.run_store import POINTS, RunStore
+from clustersim.analysis.run_store import CHECK, POINTS, RunStore
 from clustersim.analysis.space import Status, SweepSpace, enumerate_space, no_more_work, space_from_mapping
 from clustersim.analysis.sweep_runner import from_mapping, run_sweep
 from clustersim.hardware_specs import SpecError
@@ -45,8 +45,9 @@ def clustersim(*args, **kw):
 
 
 def read_rows(out: Path) -> list[dict]:
+    """Every line of points.csv as written (checksum column aside)."""
     with (out / POINTS).open(newline="") as fh:
-        return list(csv.DictReader(fh))
+        return [{k: v for k, v in r.items() if k != CHECK} for r in csv.DictReader(fh)]
 
 
 # --- the space -----------------------------------------------------------------------------
@@ -171,6 +172,38 @@ def test_torn_last_line_is_dropped_and_that_point_simulated_again(tmp_path):
     assert outcome.simulated == 1
     assert sorted(read_rows(out), key=lambda r: r["key"]) == sorted(complete,
                                                                     key=lambda r: r["key"])
+
+
+def test_damaged_and_repeated_lines_are_dropped_and_the_resumed_ranking_is_unchanged(
+        tmp_path, capsys):
+    from clustersim.analysis.ranking import ranking
+    loaded = from_mapping(TINY)
+    run_sweep(loaded, tmp_path / "clean")
+    expected = ranking(tmp_path / "clean")
+    out = tmp_path / "run"
+    run_sweep(loaded, out)
+    lines = (out / POINTS).read_text().splitlines(keepends=True)
+    damaged = lines[1].replace(",", ",9", 1)               # a changed value: checksum mismatch
+    lines = [lines[0], damaged, *lines[2:], lines[2], "x" * 200_000 + "\n", "garbage,\"1"]
+    (out / POINTS).write_text("".join(lines))
+    mid = ranking(out)
+    assert len(mid) == len(expected) - 1 and mid["key"].is_unique, "never ranked twice"
+    outcome = run_sweep(loaded, out)
+    assert outcome.simulated == 1, "only the damaged point runs again"
+    assert "dropped 4 line(s)" in capsys.readouterr().err
+    again = ranking(out)
+    assert again.reset_index(drop=True).equals(expected.reset_index(drop=True))
+    assert len(read_rows(out)) == len(expected), "the file holds each point once"
+
+
+def test_a_points_file_without_a_header_starts_over(tmp_path):
+    loaded = from_mapping(TINY)
+    out = tmp_path / "run"
+    run_sweep(loaded, out)
+    n = len(read_rows(out))
+    (out / POINTS).write_text("\x00\x01 not csv\n")
+    assert RunStore(out).read_points() == {}
+    assert run_sweep(loaded, out).simulated == n
 
 
 def test_folder_of_another_config_is_refused(tmp_path):
