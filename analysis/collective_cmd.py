@@ -28,6 +28,7 @@ from clustersim.workloads.trace import CollectiveKind
 from clustersim.analysis.cli_common import add_catalog_option, output_path, write_json
 from clustersim.analysis.nccl_tests_log import NcclTestsLog, read_log
 from clustersim.analysis.tables import render
+from clustersim.analysis.limits import COLLECTIVE_ROW_BUDGET, check_budget
 
 OPS = {"all_reduce": CollectiveKind.ALL_REDUCE, "all_gather": CollectiveKind.ALL_GATHER,
        "reduce_scatter": CollectiveKind.REDUCE_SCATTER, "alltoall": CollectiveKind.ALL_TO_ALL,
@@ -108,6 +109,8 @@ def register(sub) -> None:
                    help="an nccl-tests output file: predict its sizes and print measured, "
                         "predicted and the error per size")
     p.add_argument("--json", type=output_path, metavar="OUT", help="write the rows as JSON")
+    p.add_argument("--no-limit", action="store_true",
+                   help="run even when GPUs x sizes is over the work budget")
     add_catalog_option(p)
     p.set_defaults(func=run)
 
@@ -192,13 +195,15 @@ def run(args: argparse.Namespace) -> int:
                            "--gpus-per-thread", 1)
     if gpus < 2:
         raise SpecError("--gpus", f"a collective needs at least 2 ranks, got {gpus}")
+    sizes_ = [m.bytes for m in log.rows] if log else _size_range(args)
+    if not args.no_limit:
+        check_budget(gpus * len(sizes_), COLLECTIVE_ROW_BUDGET, "GPUs x sizes", "--no-limit")
     cluster = _cluster(args, gpus)
     if cluster.num_devices < gpus:
         raise SpecError("--gpus", f"{gpus} exceeds the cluster's {cluster.num_devices} GPUs")
     if not 1 <= per_thread <= gpus:
         raise SpecError("--gpus-per-thread", f"expected 1 to --gpus ({gpus}), got {per_thread}")
     algorithm = parse_enum(Algorithm, args.algorithm, "--algorithm") if args.algorithm else None
-    sizes_ = [m.bytes for m in log.rows] if log else _size_range(args)
     rows = [measure(cluster, op, gpus, s, algorithm, per_thread) for s in sizes_]
     print(f"# {op} on {gpus} x {cluster.device.name} ({cluster.devices_per_node} per "
           f"{cluster.node.name} node, {cluster.fabric.name}); float32, sum"

@@ -17,6 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", type=output_path, metavar="OUT", help="write the result as JSON")
     p.add_argument("--trace", type=output_path, metavar="OUT",
                    help="write a Chrome/Perfetto trace JSON")
+    p.add_argument("--no-limit", action="store_true",
+                   help="run even a step over the work budget (about a minute of engine time)")
     add_catalog_option(p)
     p.set_defaults(func=run)
 
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config or DEFAULT_EXAMPLE, args.catalog)
     check_other_sections(config)
-    report = run_step(config)
+    report = run_step(config, limit=not args.no_limit)
     print(summary(report))
     if args.json:
         write_json(report.to_dict(), args.json)

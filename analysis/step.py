@@ -15,6 +15,7 @@ from clustersim.workloads.memory import StageMemory
 from clustersim.workloads.trace import Trace
 
 from clustersim.analysis.config import RunConfig
+from clustersim.analysis.limits import LAYER_PASS_BUDGET, check_budget, layer_passes
 
 DEFAULT_OPTIONS = SimulationOptions()
 
@@ -65,12 +66,25 @@ def simulation_options(config: RunConfig) -> SimulationOptions:
         expand=f.boolean("expand", False),
         record=True,
     )
+    f.boolean("limit", True)      # read by work_limited
     f.done()
     return options
 
 
+def work_limited(config: RunConfig) -> bool:
+    """``simulation.limit`` (default true): keep the work budget of :mod:`limits`."""
+    return Fields(config.sections.get("simulation", {}), "simulation").boolean("limit", True)
+
+
 def run_step(config: RunConfig, faults: Faults = Faults(),
-             options: SimulationOptions | None = None) -> StepReport:
+             options: SimulationOptions | None = None, limit: bool = True) -> StepReport:
+    """One step of ``config``; ``limit=False`` (``--no-limit``, or ``simulation.limit: false``
+    in the config) lifts the work budget."""
+    options = options or simulation_options(config)
+    if limit and work_limited(config):
+        check_budget(layer_passes(config.job, options.expand), LAYER_PASS_BUDGET,
+                     "the step's layer passes (micro-batches x layers x cp)",
+                     "--no-limit (or simulation.limit: false)")
     trace = build_trace(config.job)
-    result = simulate(trace, config.cluster, options or simulation_options(config), faults)
+    result = simulate(trace, config.cluster, options, faults)
     return StepReport(config, result, config.job.memory(), trace)

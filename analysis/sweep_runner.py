@@ -24,6 +24,7 @@ from clustersim.workloads.builder import build_trace
 from clustersim.workloads.strategy import Offload, Recompute, Schedule
 
 from clustersim.analysis.chrome_trace import chrome_trace
+from clustersim.analysis.limits import layer_passes
 from clustersim.analysis.config import RunConfig, config_from_mapping, config_path, read_yaml
 from clustersim.analysis.executors import run_tasks
 from clustersim.analysis.run_store import RunStore, atomic_write, manifest
@@ -114,13 +115,6 @@ def point_row(c: Candidate, metrics: Mapping) -> dict:
     return row
 
 
-def estimated_cost(job: Job) -> float:
-    """Relative simulation cost (layer passes the engine replays): the cheapest points run
-    first, so that an interrupted sweep has finished as many strategies as it could."""
-    s = job.strategy
-    return job.micro_batches * job.model.layers * s.cp * (2 if s.zero == 3 else 1)
-
-
 @dataclass(frozen=True, kw_only=True)
 class SweepOutcome:
     candidates: int
@@ -150,7 +144,8 @@ def run_sweep(loaded: LoadedConfig, out: str | Path, *, workers: int = 1,
     done = store.read_points()
     by_key = {c.key: c for c in candidates}
     todo = [c for c in candidates if c.status is Status.SIMULATE and c.key not in done]
-    todo.sort(key=lambda c: (estimated_cost(c.job), c.index))
+    # the cheapest points first: an interrupted sweep has finished as many as it could
+    todo.sort(key=lambda c: (layer_passes(c.job), c.index))
     options = replace(simulation_options(config), record=False)
     tasks = [(c.key, c.job, config.cluster, options) for c in todo]
     errors = 0

@@ -19,6 +19,14 @@ def _cli(*args, cwd):
                           capture_output=True, text=True, timeout=120)
 
 
+def _simulate_8_gpus(tmp_path, gpu: str, training: str):
+    """``clustersim simulate`` of Llama-3-8B on 8 GPUs of ``gpu`` with ``training``."""
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"model: llama3-8b\ntraining: {{seq_len: 2048, micro_batch: 1, {training}}}\n"
+                   f"strategy: {{tp: 1, pp: 1, dp: 8}}\ncluster: {{gpu: {gpu}, num_gpus: 8}}\n")
+    return _cli("simulate", str(cfg), cwd=tmp_path)
+
+
 def test_a_spec_error_raised_inside_a_simpy_process_reaches_the_user_as_itself():
     env = simpy.Environment()
 
@@ -36,11 +44,7 @@ def test_a_spec_error_raised_inside_a_simpy_process_reaches_the_user_as_itself()
 
 
 def test_fp8_on_an_a100_is_a_one_line_error(tmp_path):
-    cfg = tmp_path / "fp8.yaml"
-    cfg.write_text("model: llama3-8b\n"
-                   "training: {seq_len: 2048, global_batch: 16, micro_batch: 1, precision: fp8}\n"
-                   "strategy: {tp: 1, pp: 1, dp: 8}\ncluster: {gpu: a100-80gb, num_gpus: 8}\n")
-    proc = _cli("simulate", str(cfg), cwd=tmp_path)
+    proc = _simulate_8_gpus(tmp_path, "a100-80gb", "global_batch: 16, precision: fp8")
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1
@@ -109,3 +113,26 @@ def test_oversubscription_is_bounded_by_name(catalog):
                                               "oversubscription": 1e308}}
     with pytest.raises(SpecError, match="cluster.oversubscription: expected a number <= 64"):
         config_from_mapping(raw)
+
+
+def test_a_step_over_the_work_budget_says_so_before_it_starts(tmp_path):
+    proc = _simulate_8_gpus(tmp_path, "h100-sxm", "global_batch: 1048576")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "layer passes" in proc.stderr and "--no-limit" in proc.stderr
+    assert "4,194,304" in proc.stderr          # 131,072 micro-batches x 32 layers
+
+
+def test_the_work_budget_counts_what_the_engine_replays():
+    from clustersim.analysis.limits import LAYER_PASS_BUDGET, layer_passes
+    from clustersim.workloads import Strategy
+    from tests.conftest import tiny_job
+    job = tiny_job(Strategy(dp=2, pp=2), global_batch=16)       # 8 micro-batches, 8 layers
+    assert layer_passes(job) == 8 * 8
+    assert layer_passes(job, expand=True) == 8 * 8 * 2
+    assert layer_passes(tiny_job(Strategy(dp=4, zero=3))) == 4 * 8 * 2
+    assert layer_passes(tiny_job(Strategy(dp=4, zero=3))) < LAYER_PASS_BUDGET
+
+
+def test_a_collective_over_the_work_budget_says_so_at_once(tmp_path):
+    proc = _cli("collective", "--gpu", "h100-sxm", "--gpus", "10000000", cwd=tmp_path)
+    assert proc.returncode == 2 and "GPUs x sizes is 310,000,000" in proc.stderr
