@@ -1,0 +1,1 @@
+"""Golden outputs of the examples, and the README numbers rendered from them."""

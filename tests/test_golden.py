@@ -1,0 +1,56 @@
+"""Golden outputs: every example's numbers, and the README's, stay what they were.
+
+A golden (``tests/golden/<example>.json``) is the summary of the command the README shows for
+that example; the test reruns the command and compares within ``TOLERANCE`` (1e-6 relative: the
+simulation is deterministic). A change that moves a number on purpose regenerates them with
+``python -m tests.golden.regenerate`` and shows every moved number in its diff.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.golden.examples import EXAMPLES, RUNS, TOLERANCE, differences
+from tests.golden.readme import MARKER, README, goldens, rendered, stale
+
+REGENERATE = "python -m tests.golden.regenerate"
+
+
+def test_every_example_has_a_golden():
+    shipped = {p.name for p in EXAMPLES.iterdir() if p.suffix in (".yaml", ".log")}
+    assert {run.example for run in RUNS} == shipped
+    assert all(run.path.exists() for run in RUNS), f"missing goldens: run {REGENERATE}"
+
+
+@pytest.mark.parametrize("run", [pytest.param(r, id=r.name, marks=[pytest.mark.slow] * r.slow)
+                                 for r in RUNS])
+def test_example_matches_its_golden(run):
+    moved = differences(run.stored(), run.run())
+    assert not moved, (f"clustersim {' '.join(run.args)} moved beyond {TOLERANCE:g} relative "
+                       f"(if on purpose: {REGENERATE} {run.name}):\n  " + "\n  ".join(moved))
+
+
+def test_readme_numbers_are_the_goldens():
+    text = README.read_text()
+    assert len(MARKER.findall(text)) >= 20
+    out_of_date = stale(text, goldens())
+    assert not out_of_date, (f"README numbers differ from the goldens (run {REGENERATE} "
+                             f"--readme):\n  " + "\n  ".join(out_of_date))
+
+
+def test_a_stale_readme_number_is_caught_and_rewritten():
+    stored = goldens()
+    text = ("steps of <!--golden moe_fabric_contention.step_time_s .3f-->6.84<!--/golden--> s, "
+            "<!--golden derived.moe_ep_ratio .1f-->9.9<!--/golden-->x")
+    step = stored["moe_fabric_contention"]["step_time_s"]
+    assert stale(text, stored)[0].startswith("moe_fabric_contention.step_time_s: README says "
+                                             "'6.84'")
+    fixed = rendered(text, stored)
+    assert f"-->{step:.3f}<!--" in fixed and stale(fixed, stored) == []
+
+
+def test_a_marker_naming_no_golden_is_an_error():
+    with pytest.raises(KeyError, match="no golden named 'nonexistent'"):
+        stale("<!--golden nonexistent.step_time_s .1f-->1<!--/golden-->", goldens())
+    with pytest.raises(KeyError, match="has no 'step_s' there"):
+        stale("<!--golden llama3_70b_h100.step_s .1f-->1<!--/golden-->", goldens())
