@@ -5,7 +5,9 @@ kv_heads, vocab, mlp, seq_len, global_batch, micro_batch, gpu, num_gpus, gpus_pe
 dp, cp, ep, sequence_parallel, zero, recompute, virtual_stages, precision, measured_step_time_s,
 step_time_basis, measured_peak_memory_gib, notes; optional: recompute_layers, attention,
 zero3_granularity, zero3_prefetch, tp_comm_overlap, overlap_param_gather (absent: the software of
-the source's date, see ``software_of``; overlaps off). An empty micro_batch means 1. Rows whose
+the source's date, see ``software_of``; overlaps off), ep_dispatcher (absent: alltoall), and
+``model``: a preset or bundled Hugging Face config (MoE, MLA) that replaces the architecture
+columns. An empty micro_batch means 1. Rows whose
 config does not fit in memory are reported apart; rows that cannot be mapped (unknown GPU, an
 impossible strategy) are listed with the reason.
 """
@@ -24,7 +26,8 @@ from clustersim.hardware_specs import Catalog, SpecError
 from clustersim.hardware_specs.textfile import read_text
 from clustersim.simulator import SimulationOptions
 from clustersim.workloads import Job
-from clustersim.workloads.model import from_mapping
+from clustersim.workloads.model import TransformerSpec, from_mapping
+from clustersim.workloads.model_sources import resolve
 from clustersim.workloads.strategy import strategy_from_mapping
 from clustersim.workloads.training import training_from_mapping
 
@@ -33,8 +36,9 @@ from clustersim.analysis.config import RunConfig
 from clustersim.analysis.step import run_step, DEFAULT_OPTIONS
 from clustersim.analysis.tables import render
 
-REQUIRED = ("id", "layers", "hidden", "heads", "vocab", "seq_len", "global_batch", "gpu",
-            "num_gpus", "tp", "pp", "dp", "measured_step_time_s")
+ARCHITECTURE = ("layers", "hidden", "heads", "vocab")
+REQUIRED = ("id", *ARCHITECTURE, "seq_len", "global_batch", "gpu", "num_gpus", "tp", "pp", "dp",
+            "measured_step_time_s")
 
 
 @dataclass(frozen=True)
@@ -129,20 +133,29 @@ def _measured(row: dict) -> float:
     return value
 
 
-def row_config(row: dict, catalog: Catalog) -> RunConfig:
-    """The run config a CSV row describes."""
-    missing = [k for k in REQUIRED if not _cell(row, k)]
-    if missing:
-        raise SpecError(missing[0], "is empty")
+def _model(row: dict) -> TransformerSpec:
+    """The ``model`` column's preset or bundled config (MoE and MLA models), else the
+    architecture columns."""
+    if _cell(row, "model"):
+        return resolve(_cell(row, "model"), path="model")
     heads = _int(row, "heads")
-    software = software_of(row)
-    model = from_mapping({
+    return from_mapping({
         "name": _cell(row, "model_name", "model"),
         "layers": _int(row, "layers"), "hidden": _int(row, "hidden"),
         "heads": heads, "kv_heads": _int(row, "kv_heads", heads),
         "ffn_hidden": _int(row, "ffn_hidden", 4 * _int(row, "hidden")),
         "vocab": _int(row, "vocab"), "mlp": _cell(row, "mlp", "gelu"),
     })
+
+
+def row_config(row: dict, catalog: Catalog) -> RunConfig:
+    """The run config a CSV row describes."""
+    named = bool(_cell(row, "model"))
+    missing = [k for k in REQUIRED if not _cell(row, k) and not (named and k in ARCHITECTURE)]
+    if missing:
+        raise SpecError(missing[0], "is empty")
+    software = software_of(row)
+    model = _model(row)
     training = training_from_mapping({
         "seq_len": _int(row, "seq_len"), "global_batch": _int(row, "global_batch"),
         "micro_batch": _int(row, "micro_batch", 1),
@@ -155,6 +168,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "cp": _int(row, "cp", 1), "ep": _int(row, "ep", 1),
         **{flag: _cell(row, flag, "false")
            for flag in ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather")},
+        "ep_dispatcher": _cell(row, "ep_dispatcher", "alltoall"),
         "zero": _int(row, "zero", 0), "recompute": _cell(row, "recompute", "none"),
         "recompute_layers": _int(row, "recompute_layers", 0),
         "virtual_stages": v, "schedule": "interleaved" if v > 1 else "1f1b",

@@ -1,0 +1,40 @@
+"""The MoE and long-context published runs (analysis/data/published_runs_moe.csv and
+published_runs_long_context.csv): provenance, and how a row becomes a run."""
+
+import csv
+
+import pytest
+
+from clustersim.analysis.validate import row_config
+from clustersim.hardware_specs import SpecError
+from clustersim.workloads.dispatch import Dispatcher
+
+from tests.conftest import REPO
+
+MOE = REPO / "analysis/data/published_runs_moe.csv"
+LONG = REPO / "analysis/data/published_runs_long_context.csv"
+
+
+@pytest.mark.parametrize("path", [MOE, LONG], ids=lambda p: p.stem)
+def test_every_row_has_a_source_a_positive_step_time_and_a_unique_id(path):
+    rows = list(csv.DictReader(path.open()))
+    assert len({r["id"] for r in rows}) == len(rows)
+    for r in rows:
+        assert r["source"] and r["notes"] and float(r["measured_step_time_s"]) > 0, r["id"]
+        assert int(r["tp"]) * int(r["pp"]) * int(r["dp"]) * int(r["cp"]) == int(r["num_gpus"]), r["id"]
+
+
+def _row(row_id: str) -> dict:
+    return next(r for r in csv.DictReader(MOE.open()) if r["id"] == row_id)
+
+
+def test_a_model_column_names_the_preset_and_the_dispatcher_column_the_strategy(catalog):
+    config = row_config(_row("mz_qwen3_235b_h100_deepep_tp4_ep8_pp8"), catalog)
+    model, strategy = config.job.model, config.job.strategy
+    assert (model.num_experts, model.top_k, model.layers) == (128, 8, 94)
+    assert strategy.ep_dispatcher is Dispatcher.DEEPEP and strategy.ep == 8
+
+
+def test_an_unknown_dispatcher_in_a_row_names_the_field(catalog):
+    with pytest.raises(SpecError, match=r"strategy\.ep_dispatcher: expected one of"):
+        row_config(dict(_row("mz_qwen3_235b_h100_deepep_tp4_ep8_pp8"), ep_dispatcher="nccl"), catalog)
