@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from clustersim.simulator.records import ClassTimeline
-from clustersim.simulator.result import AXES, AXIS_OF_GROUP, Breakdown
+from clustersim.simulator.result import AXES, Breakdown, charged_axis
 from clustersim.workloads.trace import CollectiveOp, Op, Phase, RecvOp, SendOp, Stream
 
 _TINY_S = 1e-12
@@ -41,9 +41,9 @@ def _charge(ops: Sequence[Op], timeline: ClassTimeline, op_id: int, a: float, b:
                 posted = timeline.send_posted_s.get(op_id, own)
                 waiting = min(max(posted - own, 0.0), b - own)
                 parts["bubble"] += waiting
-                parts["pp"] += b - own - waiting
+                parts[charged_axis(op)] += b - own - waiting
             elif isinstance(op, (CollectiveOp, SendOp)):
-                parts[AXIS_OF_GROUP.get(op.group, "dp")] += b - own
+                parts[charged_axis(op)] += b - own
             else:
                 parts["other"] += b - own
         b = min(b, ready[op_id])

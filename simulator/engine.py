@@ -33,7 +33,7 @@ from clustersim.simulator.cost.network import NetworkModel
 from clustersim.simulator.flows import FlowNetwork
 from clustersim.simulator.interference import DeviceActivity, Interference
 from clustersim.simulator.records import ClassTimeline, OpRecord, Replay
-from clustersim.simulator.result import AXIS_OF_GROUP, StepResult
+from clustersim.simulator.result import StepResult, charged_axis
 from clustersim.simulator.summary import summarize
 from clustersim.workloads.trace import (
     CollectiveKind, CollectiveOp, ComputeOp, CopyOp, MemoryOp, Op, RecvOp, SendOp, Stream, Trace,
@@ -300,7 +300,7 @@ class StepSimulation:
                 rv.event.succeed()
             else:
                 yield rv.event
-        self._done(st, op, arrived, AXIS_OF_GROUP.get(op.group, "dp"))
+        self._done(st, op, arrived, charged_axis(op))
 
     def _p2p(self, st: _ClassState, op: SendOp | RecvOp):
         env = self.env
@@ -328,7 +328,7 @@ class StepSimulation:
             yield rv.event
             if isinstance(op, RecvOp):
                 st.send_posted[op.id] = rv.posted[0]
-        self._done(st, op, posted, "pp")
+        self._done(st, op, posted, charged_axis(op))
 
     def _p2p_plan(self, op: SendOp | RecvOp, st: _ClassState, src: int, dst: int) -> Plan:
         """All sends of the sending class to the receiving class, as one plan (they happen

@@ -5,10 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from clustersim.simulator.records import OpRecord
+from clustersim.workloads.axes import Axis
+from clustersim.workloads.trace import CollectiveOp, RecvOp, SendOp
 
-AXES = ("tp", "cp", "ep", "pp", "dp")
-AXIS_OF_GROUP = {"tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "dp": "dp", "embedding": "dp"}
-"""The breakdown axis a group set's communication is charged to."""
+AXES = tuple(a.value for a in Axis)
+"""Keys of ``exposed_comm_s``: the parallel axes, in the breakdown's order."""
+
+
+def charged_axis(op: CollectiveOp | SendOp | RecvOp) -> str:
+    """The ``exposed_comm_s`` key a communication op's wait goes to: its stream's axis (data
+    parallel for one on a stream of no axis)."""
+    return (op.stream.axis or Axis.DP).value
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,23 +31,33 @@ def chunk_layers(layers: int, strategy: Strategy) -> tuple[int, ...]:
 
 @dataclass(frozen=True, slots=True)
 class StagePlan:
-    """What one pipeline stage holds: its chunks' layer counts, and the embedding / LM head."""
+    """What one pipeline stage holds: its chunks' layers, and the embedding / LM head."""
 
     stage: int
     chunk_layers: tuple[int, ...]
     """Layers of each of this stage's chunks, in execution order (virtual stage 0 first)."""
     has_embedding: bool
     has_head: bool
+    chunk_layer_ids: tuple[tuple[int, ...], ...] = ()
+    """Global indices of each chunk's layers (model order)."""
 
     @property
     def layers(self) -> int:
         return sum(self.chunk_layers)
 
+    @property
+    def layer_ids(self) -> tuple[int, ...]:
+        """Global indices of every layer this stage holds."""
+        return tuple(i for chunk in self.chunk_layer_ids for i in chunk)
+
 
 def stage_plans(model: TransformerSpec, strategy: Strategy) -> tuple[StagePlan, ...]:
     sizes = chunk_layers(model.layers, strategy)
     pp = strategy.pp
+    starts = [sum(sizes[:c]) for c in range(len(sizes))]
+    ids = [tuple(range(starts[c], starts[c] + sizes[c])) for c in range(len(sizes))]
     return tuple(
         StagePlan(stage=i, chunk_layers=tuple(sizes[c] for c in range(i, len(sizes), pp)),
-                  has_embedding=(i == 0), has_head=(i == pp - 1))
+                  has_embedding=(i == 0), has_head=(i == pp - 1),
+                  chunk_layer_ids=tuple(ids[c] for c in range(i, len(sizes), pp)))
         for i in range(pp))

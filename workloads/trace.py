@@ -10,9 +10,10 @@ them). Anything that produces a Trace - our generators, an imported profile - ca
   its position in the program; deps point to earlier ops, so the graph is acyclic. Ops on the
   pp stream are the exception to stream order: each send/recv is posted as soon as its deps are
   done (non-blocking isend/irecv).
-- **Group sets** partition the ranks along one axis (tp, cp, dp, ep, pp, ...). A collective names
-  the set; each rank takes part in the group of the set that contains it. A send/recv names the
-  set and the peer's position in the rank's group (pp: the stage index).
+- **Group sets** partition the ranks along one axis (named after ``workloads.axes.Axis``; a
+  collective's stream says which axis its time is charged to). A collective names the set;
+  each rank takes part in the group of the set that contains it. A send/recv names the set and
+  the peer's position in the rank's group (pp: the stage index).
 - All sizes in bytes, all work in FLOPs. ``validate`` checks a trace before it is simulated.
 """
 
@@ -23,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from clustersim.hardware_specs import OpClass, SpecError
+from clustersim.workloads.axes import Axis
 from clustersim.workloads.layer_ops import Kernel
 from clustersim.workloads.dispatch import Dispatcher, TokenRouting
 
@@ -30,14 +32,30 @@ TRACE_VERSION = 1
 
 
 class Stream(enum.Enum):
+    """Where an op runs: the compute stream, one communication stream per parallel axis (named
+    as the axis), or the host-copy stream."""
+
     COMPUTE = "compute"
-    TP = "tp"
-    CP = "cp"
-    EP = "ep"
-    PP = "pp"
-    DP = "dp"
+    TP = Axis.TP.value
+    CP = Axis.CP.value
+    EP = Axis.EP.value
+    PP = Axis.PP.value
+    DP = Axis.DP.value
     COPY = "copy"
     """Host <-> device copies (offload)."""
+
+    @classmethod
+    def of(cls, axis: Axis) -> Stream:
+        """The communication stream of ``axis``."""
+        return cls(axis.value)
+
+    @property
+    def axis(self) -> Axis | None:
+        """The parallel axis whose communication runs here (None: compute, copies)."""
+        return _AXIS_BY_VALUE.get(self.value)
+
+
+_AXIS_BY_VALUE = {a.value: a for a in Axis}
 
 
 class Phase(enum.Enum):

@@ -7,6 +7,10 @@
   ``forward_backward_pipelining_with_interleaving`` (warm-up of (pp - i - 1) * 2 + (v - 1) * pp
   chunk-passes; micro-batches advance in groups of pp). Its bubble is (pp - 1) / (v m) of the ideal
   time, 1/v of 1F1B's (p - 1) / m.
+
+Between stages each micro-batch's activation goes forward and its gradient back, split over the
+TP ranks (Megatron's scatter/gather optimisation, Narayanan et al. SC'21 sec. 4.1): each TP rank
+sends 1/tp of it, as non-blocking send/recv on the pp stream.
 """
 
 from __future__ import annotations
@@ -14,7 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clustersim.workloads.layer_ops import Pass
+from clustersim.workloads.strategies.program import StageProgram
 from clustersim.workloads.strategy import Schedule
+
+_TAG_OF_PASS = {Pass.FORWARD: 0, Pass.BACKWARD: 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,3 +65,31 @@ def stage_order(schedule: Schedule, pp: int, v: int, micro: int, stage: int) -> 
         f, b = f + 1, b + 1
     order += bwd[b:]
     return order
+
+
+class PipelineParallel:
+    """Emits a stage's sends and receives of activations (forward) and their gradients
+    (backward) to its neighbour stages; ``chunk`` is the global model-chunk index."""
+
+    def __init__(self, stage: StageProgram):
+        self.stage = stage
+        pp, index = stage.strategy.pp, stage.plan.stage
+        self.previous, self.next = (index - 1) % pp, (index + 1) % pp
+        self.message_bytes = stage.activation_bytes / stage.strategy.tp
+
+    def receive(self, kind: Pass, micro: int, chunk: int) -> int:
+        """The activation (forward) or gradient (backward) that ``chunk`` needs."""
+        peer = self.previous if kind is Pass.FORWARD else self.next
+        return self.stage.ops.recv(f"recv_{kind.value}{micro}.chunk{chunk}", peer,
+                                   self.message_bytes, _tag(kind, micro, chunk))
+
+    def send(self, kind: Pass, micro: int, chunk: int, deps: tuple[int, ...]) -> int:
+        """``chunk``'s output (forward) or input gradient (backward) to the next chunk."""
+        peer, to = (self.next, chunk + 1) if kind is Pass.FORWARD else (self.previous, chunk - 1)
+        return self.stage.ops.send(f"send_{kind.value}{micro}.chunk{chunk}", peer,
+                                   self.message_bytes, _tag(kind, micro, to), deps)
+
+
+def _tag(kind: Pass, micro: int, chunk: int) -> int:
+    """Matches a send with its receive: the pass, the micro-batch and the receiving chunk."""
+    return (micro * 1_000_003 + chunk) * 2 + _TAG_OF_PASS[kind]

@@ -1,0 +1,35 @@
+"""The axes of parallelism: one vocabulary for the rank layout, the trace's communication
+streams and group sets, and the step breakdown's ``exposed_comm_s`` keys.
+
+A group set of a trace is named after its axis (``Axis.TP.value``, ...); two more partitions
+belong to the data-parallel axis: the ranks that hold the same experts (``EXPERT_DATA_GROUP``)
+and the first and last pipeline stages that share tied embeddings (``TIED_EMBEDDING_GROUP``).
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Axis(enum.Enum):
+    """A dimension of parallelism; members in the order the step breakdown reports them."""
+
+    TP = "tp"
+    """Tensor parallel: each layer's GEMMs split across ranks (Megatron, Shoeybi et al. 2019)."""
+    CP = "cp"
+    """Context parallel: the sequence split across ranks (ring attention, Liu et al. 2023)."""
+    EP = "ep"
+    """Expert parallel: a layer's experts split across ranks of the data-parallel group."""
+    PP = "pp"
+    """Pipeline parallel: the layers split into stages."""
+    DP = "dp"
+    """Data parallel (with ZeRO sharding): replicas of the model on different batches."""
+
+
+EXPERT_DATA_GROUP = "edp"
+"""Ranks of a data x context-parallel group that hold the same experts (dp x cp / ep of them;
+Megatron-Core's expert-data-parallel group): expert gradients are reduced, and ZeRO shards expert
+state, over them."""
+TIED_EMBEDDING_GROUP = "embedding"
+"""The first and last pipeline stage of a pipeline, which both hold a tied embedding table and
+all-reduce its gradient (Megatron's embedding group)."""

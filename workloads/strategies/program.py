@@ -1,0 +1,95 @@
+"""The program of one pipeline stage while it is built: its op list, and what every parallel
+strategy reads to emit its part (the job, the stage, one device's kernels)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from clustersim.workloads.axes import Axis
+from clustersim.workloads.dispatch import TokenRouting
+from clustersim.workloads.job import Job
+from clustersim.workloads.layer_ops import Kernel, LayerOps
+from clustersim.workloads.model import TransformerSpec
+from clustersim.workloads.stages import StagePlan
+from clustersim.workloads.strategy import Strategy
+from clustersim.workloads.trace import (
+    CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, Op, Phase, RecvOp, SendOp, Stream,
+)
+
+
+@dataclass
+class OpList:
+    """Appends ops to one program, tracking the last compute op for dependencies."""
+
+    ops: list[Op] = field(default_factory=list)
+    last_compute: int | None = None
+
+    def _id(self) -> int:
+        return len(self.ops)
+
+    def compute(self, name: str, phase: Phase, kernels: tuple[Kernel, ...],
+                deps: tuple[int, ...] = ()) -> int:
+        op_id = self._id()
+        self.ops.append(ComputeOp(op_id, name, phase, kernels, tuple(sorted(set(deps)))))
+        self.last_compute = op_id
+        return op_id
+
+    def collective(self, name: str, kind: CollectiveKind, nbytes: float, axis: Axis,
+                   deps: tuple[int, ...] = (), *, group: str | None = None,
+                   per_rank_copies: bool = False, routing: TokenRouting | None = None) -> int:
+        """A collective on ``axis``'s stream over the group set named after the axis, or over
+        ``group`` (a partition that belongs to the axis, see ``workloads.axes``)."""
+        op_id = self._id()
+        self.ops.append(CollectiveOp(op_id, name, kind, nbytes, group or axis.value,
+                                     Stream.of(axis), tuple(sorted(set(deps))), per_rank_copies,
+                                     routing))
+        return op_id
+
+    def send(self, name: str, peer: int, nbytes: float, tag: int, deps: tuple[int, ...]) -> int:
+        op_id = self._id()
+        self.ops.append(SendOp(op_id, name, Axis.PP.value, peer, nbytes, tag, deps=deps))
+        return op_id
+
+    def recv(self, name: str, peer: int, nbytes: float, tag: int) -> int:
+        op_id = self._id()
+        self.ops.append(RecvOp(op_id, name, Axis.PP.value, peer, nbytes, tag))
+        return op_id
+
+    def copy(self, name: str, kind: CopyKind, nbytes: float, deps: tuple[int, ...]) -> int:
+        op_id = self._id()
+        self.ops.append(CopyOp(op_id, name, kind, nbytes, deps=deps))
+        return op_id
+
+    def after_compute(self) -> tuple[int, ...]:
+        """The last compute op, as a dependency (nothing before the first)."""
+        return () if self.last_compute is None else (self.last_compute,)
+
+
+@dataclass(frozen=True, slots=True)
+class StageProgram:
+    """One pipeline stage's program under construction."""
+
+    job: Job
+    plan: StagePlan
+    ops: OpList
+    kernels: LayerOps
+    """One device's kernels for a layer, the embedding, the head and the optimizer."""
+
+    @property
+    def model(self) -> TransformerSpec:
+        return self.job.model
+
+    @property
+    def strategy(self) -> Strategy:
+        return self.job.strategy
+
+    @property
+    def element_bytes(self) -> float:
+        """Bytes of one activation (and gathered parameter) element: 2, or 4 in FP32."""
+        return self.job.training.precision.activation_bytes
+
+    @property
+    def activation_bytes(self) -> float:
+        """One micro-batch's hidden states on this device's sequence shard (before sequence
+        parallelism splits them): what TP collectives and pipeline sends carry."""
+        return self.kernels.tokens * self.job.model.hidden * self.element_bytes
