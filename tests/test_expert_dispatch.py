@@ -166,3 +166,20 @@ def test_trace_dispatches_micro_batch_tokens_x_hidden_x_bytes_x_top_k_and_round_
     assert ops and all(op.bytes == 2048 * 4096 * 2 * 2 for op in ops)
     assert {op.routing.dispatcher for op in ops} == {dispatcher}
     assert trace_from_dict(trace_to_dict(trace)) == trace
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 8])
+def test_multi_node_all_to_all_runs_at_the_nics_rate_times_n_over_n_minus_1(catalog, nodes):
+    """NCCL's all-to-all across nodes of 8 H100 is bound by each GPU's NIC; its nccl-tests bus
+    bandwidth is 'N/(N-1)x the bandwidth per GPU, N being the number of nodes' (sjeaugey,
+    NVIDIA/nccl-tests#130): (n-1)/n of the buffer leaves the GPU, (n-g)/n of it through the NIC.
+    Large messages, within 3% (latency)."""
+    gpus = 8 * nodes
+    cluster = catalog.cluster(device="h100-sxm", num_devices=gpus)
+    net = NetworkModel(cluster)
+    nbytes = 2.0 ** 30
+    seconds = net.collective_time(CollectiveKind.ALL_TO_ALL, nbytes, (tuple(range(gpus)),))
+    busbw = nbytes / seconds * (gpus - 1) / gpus
+    nic = net.topology.nic_capacity
+    assert busbw == pytest.approx(nic * (gpus - 1) / (gpus - 8), rel=0.03)
+    assert busbw == pytest.approx(nic * nodes / (nodes - 1), rel=0.08)
