@@ -136,3 +136,15 @@ def test_the_work_budget_counts_what_the_engine_replays():
 def test_a_collective_over_the_work_budget_says_so_at_once(tmp_path):
     proc = _cli("collective", "--gpu", "h100-sxm", "--gpus", "10000000", cwd=tmp_path)
     assert proc.returncode == 2 and "GPUs x sizes is 310,000,000" in proc.stderr
+
+
+def test_a_layer_type_that_is_not_text_is_an_error_naming_it(tmp_path):
+    import json
+
+    from clustersim.workloads.model_sources import from_hf_config
+    from tests.conftest import REPO
+    cfg = json.loads((REPO / "workloads" / "hf_configs" / "gpt-oss-20b.json").read_text())
+    cfg["layer_types"][3] = {"a": 1}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(SpecError, match="layer_types.*unknown layer type {'a': 1}"):
+        from_hf_config(tmp_path / "config.json")

@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from clustersim.hardware_specs import SpecError
+from clustersim.hardware_specs.errors import shown
 from clustersim.hardware_specs.textfile import load_json
 from clustersim.workloads.model import (
     PRESETS, LocalAttention, Mlp, Norm, Position, TransformerSpec, from_mapping,
@@ -298,10 +299,11 @@ class _HfConfig:
             if not isinstance(types, list) or len(types) != mapping["layers"]:
                 raise SpecError(self.where("layer_types"), f"expected a list of "
                                 f"{mapping['layers']} layer types, got {types!r:.60}")
-            unknown = set(types) - {"sliding_attention", "full_attention"}
+            unknown = [t for t in types if t not in ("sliding_attention", "full_attention")]
             if unknown:
                 raise SpecError(self.where("layer_types"), f"unknown layer type "
-                                f"{sorted(unknown)[0]!r}")
+                                f"{shown(unknown[0])} (expected sliding_attention or "
+                                "full_attention)")
             flags = [t == "full_attention" for t in types]
             every = _period(flags, self.where("layer_types"))
         else:
