@@ -70,7 +70,9 @@ CLUSTER_FIELDS = ("gpu", "num_gpus", "node", "fabric", "failure_model", "checkpo
                   "gpus_per_node", "oversubscription", "placement", "catalog")
 
 
-def parse_cluster(f: Fields, catalog: Catalog) -> ClusterSpec:
+def parse_cluster(f: Fields, catalog: Catalog, keep_together: int = 1) -> ClusterSpec:
+    """``keep_together``: ranks of the job's innermost groups (TP x CP x EP), placed inside one
+    scale-up domain where the job uses domains partly."""
     f.only(CLUSTER_FIELDS)
     cluster = catalog.cluster(
         device=f.text("gpu"),
@@ -80,7 +82,7 @@ def parse_cluster(f: Fields, catalog: Catalog) -> ClusterSpec:
         failure_model=f.text("failure_model", "") or None,
         checkpoint_storage=f.text("checkpoint_storage", "") or None,
         devices_per_node=f.integer("gpus_per_node", minimum=1) if f.has("gpus_per_node") else None,
-        path=f.path,
+        keep_together=keep_together, path=f.path,
     )
     if f.has("oversubscription"):
         ratio = f.number("oversubscription", minimum=1.0, maximum=MAX_OVERSUBSCRIPTION)
@@ -120,7 +122,7 @@ def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
     model = resolve(top.raw("model"), base_dir)
     training = training_from_mapping(top.raw("training"))
     strategy = strategy_from_mapping(top.raw("strategy", {}))
-    cluster = parse_cluster(cluster_f, catalog)
+    cluster = parse_cluster(cluster_f, catalog, strategy.tp * strategy.cp * strategy.ep)
     if strategy.offload_tier:
         cluster = replace(cluster, offload_tier=offload_tier(catalog, strategy.offload_tier))
     job = Job(model, training, strategy).checked(cluster.num_devices)

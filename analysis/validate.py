@@ -177,7 +177,8 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
     gpus = _int(row, "num_gpus")
     per_node = _cell(row, "gpus_per_node")
     cluster = catalog.cluster(device=_cell(row, "gpu"), num_devices=gpus,
-                              devices_per_node=_int(row, "gpus_per_node") if per_node else None)
+                              devices_per_node=_int(row, "gpus_per_node") if per_node else None,
+                              keep_together=strategy.tp * strategy.cp * strategy.ep)
     job = Job(model, training, strategy).checked(gpus)
     return RunConfig(job=job, cluster=cluster, catalog=catalog, name=_cell(row, "id"))
 

@@ -38,6 +38,9 @@ class DeviceEfficiency:
     attention_fa3: float = 0.0
     """Fraction of dense peak FlashAttention-3-class kernels sustain inside a training step
     (measured in training, so no ``in_training`` factor applies; 0: the device has none)."""
+    attention_fa4: float = 0.0
+    """As ``attention_fa3`` for Blackwell's kernels (FlashAttention-4, cuDNN on sm100): the fraction
+    of dense peak they sustain inside a training step (0: the device has none)."""
     compute_slowdown_when_overlapped: float = 0.0
     """Extra fraction of time compute takes while a transfer of the same rank moves data: the
     same cores (gloo on a CPU) or SMs (NCCL kernels) do both. Calibration measures it."""
@@ -125,6 +128,7 @@ def read_device(f: Fields) -> DeviceSpec:
         memory=eff.number("memory", minimum=0.01, maximum=1.0),
         matmul_fp8=eff.number("matmul_fp8", 0.0, minimum=0.0, maximum=1.0),
         attention_fa3=eff.number("attention_fa3", 0.0, minimum=0.0, maximum=1.0),
+        attention_fa4=eff.number("attention_fa4", 0.0, minimum=0.0, maximum=1.0),
         in_training=in_training,
         compute_slowdown_when_overlapped=eff.number("compute_slowdown_when_overlapped", 0.0,
                                                     minimum=0.0),

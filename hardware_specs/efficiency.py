@@ -27,6 +27,9 @@ class OpClass(enum.Enum):
     ATTENTION_FA3 = "attention_fa3"
     """FlashAttention-3-class fused attention (Hopper's asynchronous warpgroup MMA and TMA):
     its own efficiency; a device without one runs it as ``attention``."""
+    ATTENTION_FA4 = "attention_fa4"
+    """Blackwell's fused attention (FlashAttention-4, cuDNN's sm100 kernels: tcgen05 MMA with
+    tensor memory): what FA3-class software runs on a Blackwell GPU."""
     ELEMENTWISE = "elementwise"
     OPTIMIZER = "optimizer"
     """One fused streaming pass over parameters, gradients and optimizer state; timed by bytes
@@ -39,7 +42,7 @@ class OpClass(enum.Enum):
     an erf GeLU ran at 1.1 G elements/s and a residual add at 4.5 G elements/s)."""
 
 
-ATTENTION_CLASSES = frozenset((OpClass.ATTENTION, OpClass.ATTENTION_FA3))
+ATTENTION_CLASSES = frozenset((OpClass.ATTENTION, OpClass.ATTENTION_FA3, OpClass.ATTENTION_FA4))
 """Fused attention kernels: timed like GEMMs over query tiles, the key length as inner loop."""
 
 MEMORY_BOUND = frozenset((OpClass.ELEMENTWISE, OpClass.OPTIMIZER, OpClass.TRANSCENDENTAL))

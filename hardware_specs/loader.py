@@ -17,6 +17,7 @@ from typing import Any
 
 from clustersim.hardware_specs.cluster import ClusterSpec
 from clustersim.hardware_specs.device import DeviceSpec, read_device
+from clustersim.hardware_specs.domains import devices_per_domain
 from clustersim.hardware_specs.errors import SpecError
 from clustersim.hardware_specs.fabric import FabricSpec, read_fabric
 from clustersim.hardware_specs.failures import FailureModel, read_failure_model
@@ -69,20 +70,25 @@ class Catalog:
     def cluster(self, *, device: str, num_devices: int, node: str | None = None,
                 fabric: str | None = None, failure_model: str | None = None,
                 checkpoint_storage: str | None = None, devices_per_node: int | None = None,
-                path: str = "cluster") -> ClusterSpec:
+                keep_together: int = 1, path: str = "cluster") -> ClusterSpec:
         """Assemble a :class:`ClusterSpec`; omitted parts take the device's usual node, a
         non-blocking rail-optimised fat-tree and the default failure model and storage.
         ``devices_per_node`` populates a node with fewer (or more) devices, keeping each
-        device's share of NICs."""
+        device's share of NICs; without it a job larger than one scale-up domain uses an even
+        share of each (``domains.devices_per_domain``: 64 of an NVL72 rack's 72 for 256 GPUs),
+        holding groups of ``keep_together`` ranks (TP x CP x EP) inside one domain."""
         dev = self.device(device, f"{path}.gpu")
         node_spec = self.get("nodes", node or dev.default_node, f"{path}.node")
+        if num_devices < 1:
+            raise SpecError(f"{path}.num_gpus", f"expected at least 1, got {num_devices}")
+        if devices_per_node is None and num_devices > node_spec.devices_per_node:
+            used = devices_per_domain(num_devices, node_spec, keep_together, path)
+            devices_per_node = used if used != node_spec.devices_per_node else None
         if devices_per_node is not None and devices_per_node != node_spec.devices_per_node:
             if devices_per_node < 1:
                 raise SpecError(f"{path}.gpus_per_node", f"expected >= 1, got {devices_per_node}")
             nics = max(1, round(node_spec.nic_count * devices_per_node / node_spec.devices_per_node))
             node_spec = replace(node_spec, devices_per_node=devices_per_node, nic_count=nics)
-        if num_devices < 1:
-            raise SpecError(f"{path}.num_gpus", f"expected at least 1, got {num_devices}")
         if num_devices > node_spec.devices_per_node and num_devices % node_spec.devices_per_node:
             raise SpecError(f"{path}.num_gpus", f"{num_devices} is not a whole number of "
                             f"{node_spec.name} nodes ({node_spec.devices_per_node} devices each)")

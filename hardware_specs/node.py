@@ -44,6 +44,10 @@ class NodeSpec:
     """One hop through the scale-up fabric (a device-to-device write becoming visible)."""
     nvls: bool
     """NVLink SHARP (in-switch reduction) is available."""
+    devices_per_host: int = 0
+    """Devices per host (one OS image; a compute tray of an NVL72 rack holds 4): schedulers
+    hand out whole hosts, so a job uses a scale-up domain in multiples of this. 0: the whole
+    node is one host."""
     nvls_efficiency: float = 0.67
     """NVLS all-reduce algorithm bandwidth as a fraction of a GPU's scale-up bandwidth per
     direction (every GPU sends and receives the buffer once; the switch reduces), before the
@@ -86,6 +90,11 @@ class NodeSpec:
     source: str = ""
 
     @property
+    def host_size(self) -> int:
+        """Devices per host (the whole node when the catalog gives no host size)."""
+        return self.devices_per_host or self.devices_per_node
+
+    @property
     def network_bandwidth(self) -> float:
         """All NICs of the node together, per direction."""
         return self.nic_count * self.nic_bandwidth
@@ -100,6 +109,7 @@ def read_node(f: Fields) -> NodeSpec:
         scale_up_bandwidth=f.quantity("scale_up_bandwidth", Quantity.BANDWIDTH),
         scale_up_latency_s=f.quantity("scale_up_latency", Quantity.TIME),
         nvls=f.boolean("nvls", False),
+        devices_per_host=f.integer("devices_per_host", 0, minimum=0),
         nvls_efficiency=f.number("nvls_efficiency", 0.67, minimum=0.05, maximum=1.0),
         nic_count=f.integer("nic_count", minimum=0),
         nic_bandwidth=f.quantity("nic_bandwidth", Quantity.BANDWIDTH),

@@ -71,9 +71,13 @@ class ComputeModel:
         return self._isolated(k, op) * (1.0 if factor is None else factor)
 
     def _runs_as(self, op: OpClass) -> OpClass:
-        """FlashAttention-3-class kernels exist on Hopper only: elsewhere the software runs
-        FlashAttention-2 (its efficiency, its in-training factor)."""
-        if op is OpClass.ATTENTION_FA3 and not self.device.efficiency.attention_fa3:
+        """FlashAttention-3-class software runs the architecture's own kernels: FA3 on Hopper,
+        FlashAttention-4 / cuDNN's sm100 kernels on Blackwell; elsewhere FlashAttention-2 (its
+        efficiency, its in-training factor)."""
+        eff = self.device.efficiency
+        if op is OpClass.ATTENTION_FA3 and not eff.attention_fa3:
+            return OpClass.ATTENTION_FA4 if eff.attention_fa4 else OpClass.ATTENTION
+        if op is OpClass.ATTENTION_FA4 and not eff.attention_fa4:
             return OpClass.ATTENTION
         return op
 
@@ -88,7 +92,8 @@ class ComputeModel:
             return ceiling * shape_factor(k.m, k.n, k.k, k.batch, sms, K_LOOP_OVERHEAD)
         if op in ATTENTION_CLASSES:
             # Query tiles of 128 over batch x heads; the key length is the inner loop.
-            ceiling = eff.attention_fa3 if op is OpClass.ATTENTION_FA3 else eff.attention
+            ceiling = {OpClass.ATTENTION_FA3: eff.attention_fa3,
+                       OpClass.ATTENTION_FA4: eff.attention_fa4}.get(op, eff.attention)
             return ceiling * shape_factor(k.m, 128, k.n, k.batch, sms, ATTENTION_KEY_OVERHEAD)
         return eff.memory
 
