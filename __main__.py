@@ -2,6 +2,6 @@
 
 import sys
 
-from clustersim.analysis.cli import main
+from clustersim.analysis.cli.main import main
 
 sys.exit(main())

@@ -11,11 +11,11 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from clustersim.analysis.compare_cmd import compare as compare_rows
-from clustersim.analysis.ranking import candidates, ranking
-from clustersim.analysis.space import SweepSpace
+from clustersim.analysis.sweeps.compare import compare as compare_rows
+from clustersim.analysis.sweeps.ranking import candidates, ranking
+from clustersim.analysis.sweeps.space import SweepSpace
 from clustersim.analysis.step import run_step
-from clustersim.analysis.sweep_runner import LoadedConfig, from_mapping, load_for_sweep, run_sweep, strategy_columns
+from clustersim.analysis.sweeps.runner import LoadedConfig, from_mapping, load_for_sweep, run_sweep, strategy_columns
 
 ConfigLike = str | Path | Mapping
 

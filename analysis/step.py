@@ -9,7 +9,6 @@ from clustersim.simulator import Faults, SimulationOptions, StepResult, simulate
 from clustersim.simulator.cost.collectives import Algorithm
 from clustersim.simulator.engine import NetworkMode
 from clustersim.workloads.trace import CollectiveKind
-from clustersim.simulator.engine import StepSimulation
 from clustersim.workloads.builder import build_trace
 from clustersim.workloads.memory import StageMemory
 from clustersim.workloads.trace import Trace

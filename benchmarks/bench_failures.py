@@ -20,8 +20,8 @@ from bench_engine import bare_simpy_seconds    # the same reference loop as the 
 from clustersim.simulator.longrun.montecarlo import default_workers, run_seeds
 
 from clustersim.analysis.config import load_config
-from clustersim.analysis.failures_config import failure_spec
-from clustersim.analysis.failures_study import prepare
+from clustersim.analysis.failures.config import failure_spec
+from clustersim.analysis.failures.study import prepare
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "failures_llama3_405b.yaml"
 

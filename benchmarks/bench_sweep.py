@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from clustersim.analysis.space import Status, enumerate_space, space_from_mapping
-from clustersim.analysis.sweep_runner import from_mapping, load_for_sweep, run_sweep
+from clustersim.analysis.sweeps.space import Status, enumerate_space, space_from_mapping
+from clustersim.analysis.sweeps.runner import from_mapping, load_for_sweep, run_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 SPACE = {"tp": [1, 2, 4, 8], "pp": [1, 2], "cp": [1], "micro_batch": [1, 2],

@@ -7,10 +7,10 @@ import math
 import pytest
 
 from clustersim.analysis.config import config_from_mapping
-from clustersim.analysis.costs import (
+from clustersim.analysis.sweeps.costs import (
     HOURS_PER_YEAR, cost_per_million_tokens, costs_from_mapping, energy_per_token_j,
 )
-from clustersim.analysis.exposure import exposure
+from clustersim.analysis.sweeps.exposure import exposure
 from clustersim.hardware_specs import SpecError
 from tests.test_sweep import TINY, clustersim, write_config
 
@@ -79,7 +79,7 @@ def test_compare_sets_clusters_side_by_side_and_reports_a_bad_variant(tmp_path):
 
 
 def test_report_of_a_comparison_folder(tmp_path):
-    from clustersim.analysis.report import build_report
+    from clustersim.analysis.reports.sweep_report import build_report
     cfg = write_config(tmp_path, costs={"gpu_hour": 2.0})
     assert clustersim("compare", str(cfg), "--vary", "cluster.gpu=h100-sxm,b200",
                       "--out", str(tmp_path / "cmp")).returncode == 0

@@ -14,7 +14,7 @@ from clustersim.simulator.longrun.plan import CauseClock, RunPlan, StepTable
 from clustersim.simulator.longrun.montecarlo import run_one, run_seeds
 from clustersim.simulator.longrun.recovery import RecoveryKind, RecoveryPolicy
 
-from clustersim.analysis.failures_sweep import fitted_optimum
+from clustersim.analysis.failures.sweep import fitted_optimum
 
 HOUR, DAY = 3600.0, 86400.0
 INSTANT = RecoveryPolicy(detection_s=0.0, drain_s=0.0, reschedule_s=0.0, hot_swap_s=0.0,

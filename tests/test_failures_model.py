@@ -21,7 +21,7 @@ from clustersim.simulator.longrun.lifetimes import draw, lifetimes
 from clustersim.simulator.longrun.cycle import Cycle, Level
 
 from clustersim.analysis.config import load_config
-from clustersim.analysis.failures_config import failure_spec
+from clustersim.analysis.failures.config import failure_spec
 from tests.conftest import REPO
 
 
@@ -196,7 +196,7 @@ def test_level_keeps_the_newest_usable_copy():
 def test_confidence_intervals_stay_within_what_the_quantity_can_be():
     """Two runs with 0 and 7 interruptions: the normal approximation alone would put the lower
     end below zero; an ETTR interval never passes 100%."""
-    from clustersim.analysis.failures_study import Stat
+    from clustersim.analysis.failures.study import Stat
     count = Stat.of([0, 7])
     assert count.ci95[0] == 0.0 and count.ci95[1] > 7
     ettr = Stat.of([0.2, 0.99], upper=1.0)

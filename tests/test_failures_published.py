@@ -8,9 +8,9 @@ import pytest
 from clustersim.simulator.longrun.checkpointing import young_interval, young_waste
 
 from clustersim.analysis.config import load_config
-from clustersim.analysis.failures_config import failure_spec
-from clustersim.analysis.failures_study import prepare, run_study
-from clustersim.analysis.failures_sweep import sweep_policy
+from clustersim.analysis.failures.config import failure_spec
+from clustersim.analysis.failures.study import prepare, run_study
+from clustersim.analysis.failures.sweep import sweep_policy
 from tests.conftest import REPO
 
 HOUR = 3600.0

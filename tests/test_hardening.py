@@ -52,14 +52,14 @@ def test_fp8_on_an_a100_is_a_one_line_error(tmp_path):
 
 @pytest.mark.parametrize("text", ["² steps", "٣ steps"])
 def test_unicode_digits_in_an_interval_are_an_error_naming_the_field(text):
-    from clustersim.analysis.failures_config import _interval
+    from clustersim.analysis.failures.config import _interval
     with pytest.raises(SpecError, match="checkpoint.interval: expected young, daly"):
         _interval(Fields({"interval": text}, "checkpoint"))
     assert _interval(Fields({"interval": "100 steps"}, "checkpoint"))[2] == 100
 
 
 def test_unicode_digits_in_a_log_size_are_not_a_row():
-    from clustersim.analysis.nccl_tests_log import _row
+    from clustersim.analysis.validation.nccl_tests_log import _row
     assert _row("² 1 float sum -1 10.0 1.0 1.0 0 10.0 1.0 1.0 0".split()) is None
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from clustersim.analysis.nccl_tests_log import parse_log
+from clustersim.analysis.validation.nccl_tests_log import parse_log
 from clustersim.hardware_specs import SpecError
 
 from tests.test_cli import clustersim

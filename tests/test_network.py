@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from clustersim.analysis.collective_cmd import measure
+from clustersim.analysis.validation.collectives import measure
 from clustersim.hardware_specs import Placement
 from clustersim.hardware_specs.topology import LinkKind, Topology
 from clustersim.simulator.cost.collectives import Algorithm

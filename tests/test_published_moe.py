@@ -5,7 +5,7 @@ import csv
 
 import pytest
 
-from clustersim.analysis.validate import row_config
+from clustersim.analysis.validation.published import row_config
 from clustersim.hardware_specs import SpecError
 from clustersim.workloads.dispatch import Dispatcher
 

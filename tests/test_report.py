@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from clustersim.analysis.plots import pareto_front
-from clustersim.analysis.report import build_report
-from clustersim.analysis.sweep_runner import from_mapping, run_sweep
+from clustersim.analysis.reports.plots import pareto_front
+from clustersim.analysis.reports.sweep_report import build_report
+from clustersim.analysis.sweeps.runner import from_mapping, run_sweep
 from tests.test_sweep import TINY
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

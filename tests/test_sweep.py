@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from clustersim.analysis.config import config_from_mapping
-from clustersim.analysis.run_store import CHECK, POINTS, RunStore
-from clustersim.analysis.space import Status, SweepSpace, enumerate_space, no_more_work, space_from_mapping
-from clustersim.analysis.sweep_runner import from_mapping, run_sweep
+from clustersim.analysis.sweeps.run_store import CHECK, POINTS, RunStore
+from clustersim.analysis.sweeps.space import Status, SweepSpace, enumerate_space, no_more_work, space_from_mapping
+from clustersim.analysis.sweeps.runner import from_mapping, run_sweep
 from clustersim.hardware_specs import SpecError
 from clustersim.simulator import SimulationOptions, simulate
 from tests.conftest import REPO
@@ -165,7 +165,7 @@ def test_torn_last_line_is_dropped_and_that_point_simulated_again(tmp_path):
     text = (out / POINTS).read_text()
     torn = text[: text.rstrip("\n").rfind("\n") + 1] + "12,tp1-pp1"
     (out / POINTS).write_text(torn)
-    from clustersim.analysis.ranking import ranking
+    from clustersim.analysis.sweeps.ranking import ranking
     assert len(ranking(out)) == len(complete) - 1, "readers skip the torn line"
     assert (out / POINTS).read_text() == torn, "and leave the file alone (a sweep may append)"
     outcome = run_sweep(loaded, out)
@@ -176,7 +176,7 @@ def test_torn_last_line_is_dropped_and_that_point_simulated_again(tmp_path):
 
 def test_damaged_and_repeated_lines_are_dropped_and_the_resumed_ranking_is_unchanged(
         tmp_path, capsys):
-    from clustersim.analysis.ranking import ranking
+    from clustersim.analysis.sweeps.ranking import ranking
     loaded = from_mapping(TINY)
     run_sweep(loaded, tmp_path / "clean")
     expected = ranking(tmp_path / "clean")
@@ -265,7 +265,7 @@ def test_tensor_parallelism_inside_a_node_beats_tensor_parallelism_across_nodes(
     data["training"] = {**data["training"], "global_batch": 32}
     ranked = from_mapping(data)
     run_sweep(ranked, tmp_path / "run")
-    from clustersim.analysis.ranking import ranking
+    from clustersim.analysis.sweeps.ranking import ranking
     frame = ranking(tmp_path / "run")
     assert list(frame["tp"]) == [8, 16]
     assert frame.iloc[0]["tokens_per_s"] > frame.iloc[1]["tokens_per_s"]

@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from clustersim.analysis.validate import publication_date, software_of, summarize, validate_rows
+from clustersim.analysis.validation.published import publication_date, software_of, summarize, validate_rows
 
 from tests.conftest import REPO
 
@@ -59,7 +59,7 @@ def test_torchtitan_fsdp2_runs_outside_the_dev_set_within_ten_percent(catalog):
 
 def test_a_flag_column_that_is_not_true_or_false_names_the_field(catalog):
     from clustersim.hardware_specs import SpecError
-    from clustersim.analysis.validate import row_config
+    from clustersim.analysis.validation.published import row_config
     row = next(csv.DictReader(open(RUNS)))
     with pytest.raises(SpecError, match="strategy.tp_comm_overlap: expected true or false"):
         row_config(dict(row, tp_comm_overlap="yes"), catalog)

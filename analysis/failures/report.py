@@ -7,7 +7,7 @@ from pathlib import Path
 
 from clustersim.hardware_specs.units import format_bytes
 
-from clustersim.analysis.failures_study import HOUR, Stat, StudyResult
+from clustersim.analysis.failures.study import HOUR, Stat, StudyResult
 from clustersim.analysis.tables import key_values, render
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clustersim.analysis.cli_common import add_catalog_option, output_path, write_json
+from clustersim.analysis.cli.common import add_catalog_option, output_path, write_json
 
 DEFAULT_EXAMPLE = "llama3_70b_h100"
 
@@ -26,9 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def check_other_sections(config) -> None:
     """A typo in the costs, sweep or failures section is an error here too, not only when the
     command that reads it runs."""
-    from clustersim.analysis.costs import costs_from_mapping
-    from clustersim.analysis.failures_config import failure_spec
-    from clustersim.analysis.space import space_from_mapping
+    from clustersim.analysis.sweeps.costs import costs_from_mapping
+    from clustersim.analysis.failures.config import failure_spec
+    from clustersim.analysis.sweeps.space import space_from_mapping
 
     sections = config.sections
     if "costs" in sections:
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from clustersim.analysis.chrome_trace import write_chrome_trace
     from clustersim.analysis.config import load_config
     from clustersim.analysis.step import run_step
-    from clustersim.analysis.summary import summary
+    from clustersim.analysis.reports.summary import summary
 
     config = load_config(args.config or DEFAULT_EXAMPLE, args.catalog)
     check_other_sections(config)

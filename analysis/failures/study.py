@@ -29,7 +29,7 @@ from clustersim.workloads import Axis, Job, ParallelLayout
 from clustersim.workloads.builder import build_trace
 
 from clustersim.analysis.config import RunConfig
-from clustersim.analysis.failures_config import FailureStudySpec
+from clustersim.analysis.failures.config import FailureStudySpec
 from clustersim.analysis.step import StepReport, run_step, simulation_options
 
 DAY = 86400.0

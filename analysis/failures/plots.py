@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the headless backend)
 from matplotlib.figure import Figure  # noqa: E402
 
-from clustersim.analysis.failures_study import DAY, HOUR, StudyResult  # noqa: E402
+from clustersim.analysis.failures.study import DAY, HOUR, StudyResult  # noqa: E402
 
 COLORS = plt.get_cmap("tab10").colors
 STATE_COLORS = {"save": "#f2a900", "down": "#c0392b"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from pathlib import Path
 
 
@@ -29,6 +30,15 @@ def output_path(text: str) -> str:
 def add_catalog_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--catalog", action="append", default=[], metavar="DIR",
                    help="extra hardware catalog directory or YAML file (repeatable)")
+
+
+def add_parallel_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, metavar="N",
+                   help="local worker processes (default: one per CPU)")
+    p.add_argument("--dask", metavar="SCHEDULER_ADDRESS",
+                   help="run on an existing Dask distributed cluster instead")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar (default: only when stderr is a terminal)")
 
 
 def _strict(value):

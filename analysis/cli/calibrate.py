@@ -18,7 +18,7 @@ from pathlib import Path
 
 from clustersim.hardware_specs import SpecError, load_catalog
 
-from clustersim.analysis.cli_common import add_catalog_option, output_path, write_json
+from clustersim.analysis.cli.common import add_catalog_option, output_path, write_json
 
 MICROBENCH_FILE = "microbench.json"
 BUSY_HOST_CORES = 0.25

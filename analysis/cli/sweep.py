@@ -3,20 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 
-from clustersim.analysis.cli_common import add_catalog_option, output_path, positive_int
+from clustersim.analysis.cli.common import add_catalog_option, add_parallel_options, output_path, positive_int
 
 TOP = 15
-
-
-def add_parallel_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, metavar="N",
-                   help="local worker processes (default: one per CPU)")
-    p.add_argument("--dask", metavar="SCHEDULER_ADDRESS",
-                   help="run on an existing Dask distributed cluster instead")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar (default: only when stderr is a terminal)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,25 +22,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def why_none(by_status: dict, errors: int = 0) -> str:
-    """Why a sweep ranked nothing, from what became of its candidates."""
-    if errors:
-        return f"{errors} simulations failed (see points.csv)"
-    if by_status.get("does_not_fit", 0):
-        return "no strategy that divides the job fits in memory"
-    return ("no strategy of the space divides the job (tp must divide the heads, "
-            "tp x pp x cp the GPUs, the micro-batches the batch)")
-
-
 def ranking_table(frame, top: int) -> str:
-    from clustersim.analysis.ranking import ranking_rows
+    from clustersim.analysis.sweeps.ranking import ranking_rows
     from clustersim.analysis.tables import render
     return render(*ranking_rows(frame, top))
 
 
 def run(args: argparse.Namespace) -> int:
-    from clustersim.analysis.ranking import ranking, write_ranking
-    from clustersim.analysis.sweep_runner import load_for_sweep, run_sweep
+    from clustersim.analysis.sweeps.ranking import ranking, write_ranking
+    from clustersim.analysis.sweeps.runner import load_for_sweep, run_sweep
 
     loaded = load_for_sweep(args.config, args.catalog)
     outcome = run_sweep(loaded, args.out, workers=args.workers, dask_address=args.dask,
@@ -63,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
           f"{f', {outcome.errors} failed' if outcome.errors else ''}) in {outcome.wall_s:.1f} s")
     frame = ranking(args.out, loaded.config)
     if frame.empty:
-        print(f"nothing to rank: {why_none(s, outcome.errors)}")
+        print(f"nothing to rank: {outcome.why_nothing_ranked()}")
         return 0
     path = write_ranking(args.out, frame)
     print()

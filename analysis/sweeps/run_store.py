@@ -37,6 +37,8 @@ CONFIG = "config.yaml"
 CANDIDATES = "candidates.csv"
 POINTS = "points.csv"
 RANKING = "ranking.csv"
+COMPARE = "compare.csv"
+"""What ``clustersim compare --out`` writes: the clusters side by side."""
 
 IDENTITY_KEYS = ("config_hash", "space", "catalog_id", "calibration_id", "versions")
 """Manifest entries that must match for a rerun to reuse the points already in a folder."""
@@ -77,7 +79,7 @@ SIMULATION_PACKAGES = ("hardware_specs", "workloads", "simulator")
 def code_id() -> str:
     """Hash of the simulation code (an engine change makes old points stale)."""
     h = hashlib.sha256()
-    base = Path(__file__).resolve().parents[1]
+    base = Path(__file__).resolve().parents[2]   # the clustersim package root
     for package in SIMULATION_PACKAGES:
         for path in sorted((base / package).rglob("*.py")):
             h.update(str(path.relative_to(base)).encode())

@@ -17,18 +17,13 @@ import yaml
 
 from clustersim.hardware_specs import SpecError
 
-from clustersim.analysis.cli_common import add_catalog_option, output_path
 from clustersim.analysis.config import read_yaml
-from clustersim.analysis.costs import costs_from_mapping, cost_per_million_tokens, energy_per_token_j
-from clustersim.analysis.exposure import exposure
-from clustersim.analysis.ranking import ranking
-from clustersim.analysis.run_store import atomic_write, to_csv
+from clustersim.analysis.sweeps.costs import costs_from_mapping, cost_per_million_tokens, energy_per_token_j
+from clustersim.analysis.sweeps.exposure import exposure
+from clustersim.analysis.sweeps.ranking import ranking
+from clustersim.analysis.sweeps.run_store import COMPARE, atomic_write, to_csv
 from clustersim.analysis.step import run_step
-from clustersim.analysis.sweep_runner import LoadedConfig, from_mapping, job_of_row, run_sweep, strategy_columns
-from clustersim.analysis.sweep_cmd import add_parallel_options, why_none
-
-COMPARE = "compare.csv"
-
+from clustersim.analysis.sweeps.runner import LoadedConfig, from_mapping, job_of_row, run_sweep, strategy_columns
 
 def parse_vary(items: Sequence[str]) -> list[tuple[str, list]]:
     """``cluster.gpu=h100-sxm,h200-sxm`` -> ``("cluster.gpu", ["h100-sxm", "h200-sxm"])``."""
@@ -122,7 +117,7 @@ def compare_one(name: str, raw: dict, base_dir: Path, catalog: Sequence[str], sw
                             progress=progress)
         frame = ranking(sweep_dir, loaded.config)
         if frame.empty:
-            return {"name": name, "problem": why_none(outcome.by_status, outcome.errors)}
+            return {"name": name, "problem": outcome.why_nothing_ranked()}
         best = frame.iloc[0]
         job = job_of_row(loaded.config, best)
         loaded = LoadedConfig(replace(loaded.config, job=job), loaded.raw)
@@ -151,66 +146,3 @@ def _uniform(rows: list[dict]) -> list[dict]:
     """Rows with the same columns (failed ones have only a name and a problem)."""
     columns = list(dict.fromkeys(k for r in rows for k in r))
     return [{k: r.get(k, "") for k in columns} for r in rows]
-
-
-def table(rows: list[dict]) -> str:
-    from clustersim.analysis.tables import render
-    return render(*table_rows(rows), title="Cluster comparison")
-
-
-def table_rows(rows: list[dict]) -> tuple[list[str], list[list]]:
-    """Headers and lines of the comparison as users read it (rows as returned by
-    :func:`compare`, or read back from compare.csv)."""
-    def text(value) -> str:
-        return value if isinstance(value, str) else ""
-
-    currency = next((text(r.get("currency")) for r in rows if text(r.get("currency"))), "")
-    headers = ["config", "gpu", "GPUs", "per node", "NICs", "oversub", "strategy", "tokens/s",
-               "MFU", "peak GiB", "goodput tok/s", "J/token"]
-    if currency:
-        headers.append(f"{currency}/Mtok")
-    noted = any(text(r.get("problem")) for r in rows)
-    if noted:
-        headers.append("note")
-    out = []
-    for r in rows:
-        if text(r.get("problem")):
-            out.append([r["name"], *["-"] * (len(headers) - 2), f"not run: {r['problem']}"])
-            continue
-        n = {k: int(r[k]) for k in ("tp", "pp", "dp", "cp", "micro_batch", "zero", "num_gpus",
-                                    "gpus_per_node", "nics_per_node")}
-        strategy = (f"TP{n['tp']} PP{n['pp']} DP{n['dp']}" + (f" CP{n['cp']}" if n["cp"] > 1 else "")
-                    + f" mb{n['micro_batch']} {r['recompute']} Z{n['zero']}")
-        line = [r["name"], r["gpu"], n["num_gpus"], n["gpus_per_node"], n["nics_per_node"],
-                f"{r['oversubscription']:g}", strategy, f"{r['tokens_per_s']:,.0f}",
-                f"{100 * r['mfu']:.1f}%", f"{r['peak_memory_gib']:.1f}",
-                f"{r['goodput_tokens_per_s']:,.0f}", f"{r['energy_per_token_j']:.3g}"]
-        if currency:
-            cost = r["cost_per_million_tokens"]
-            line.append("-" if cost is None or cost != cost else f"{cost:.3g}")
-        out.append(line + [""] * noted)
-    return headers, out
-
-
-def register(sub) -> None:
-    p = sub.add_parser("compare", help="compare clusters (what should we buy?)")
-    p.add_argument("configs", nargs="+", help="run config YAML files")
-    p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
-                   help="try each value of a config field, e.g. cluster.gpu=h100-sxm,h200-sxm "
-                        "or cluster.oversubscription=1,2 (repeatable: every combination)")
-    p.add_argument("--sweep", action="store_true",
-                   help="find each cluster's best strategy with a full sweep (needs --out)")
-    p.add_argument("--out", type=output_path, metavar="DIR",
-                   help="write compare.csv (and the sweeps) here")
-    add_parallel_options(p)
-    add_catalog_option(p)
-    p.set_defaults(func=run)
-
-
-def run(args) -> int:
-    rows = compare(args.configs, args.vary, sweep=args.sweep, out=args.out, catalog=args.catalog,
-                   workers=args.workers, dask_address=args.dask, progress=args.progress)
-    print(table(rows))
-    if args.out:
-        print(f"\nwrote {Path(args.out) / COMPARE}")
-    return 0 if any(not r.get("problem") for r in rows) else 2

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from clustersim.hardware_specs import Catalog, SpecError
 from clustersim.hardware_specs.units import format_bytes, format_rate, format_time
 
-from clustersim.analysis.cli_common import add_catalog_option
+from clustersim.analysis.cli.common import add_catalog_option
 from clustersim.analysis.tables import render
 
 SECTIONS = ("devices", "nodes", "fabrics", "memory_tiers", "failure_models")

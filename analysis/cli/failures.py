@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from clustersim.analysis.cli_common import add_catalog_option, output_path, positive_int, write_json
+from clustersim.analysis.cli.common import add_catalog_option, output_path, positive_int, write_json
 
 SWEEP_SEEDS = 40
 PLOT_SWEEP_SEEDS = 20
@@ -36,10 +36,10 @@ def run(args: argparse.Namespace) -> int:
     from clustersim.simulator.longrun.montecarlo import default_workers
 
     from clustersim.analysis.config import load_config
-    from clustersim.analysis.failures_config import MAX_DAYS, failure_spec
-    from clustersim.analysis.failures_report import report, write_events_csv
-    from clustersim.analysis.failures_study import prepare, run_study
-    from clustersim.analysis.failures_sweep import sweep, sweep_policy
+    from clustersim.analysis.failures.config import MAX_DAYS, failure_spec
+    from clustersim.analysis.failures.report import report, write_events_csv
+    from clustersim.analysis.failures.study import prepare, run_study
+    from clustersim.analysis.failures.sweep import sweep, sweep_policy
 
     if not 1 <= args.seeds <= MAX_SEEDS:
         raise SpecError("--seeds", f"expected 1 to {MAX_SEEDS:,}, got {args.seeds}")
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         rows = write_events_csv(result, args.events_csv)
         print(f"wrote {args.events_csv} ({rows} events)")
     if args.plots:
-        from clustersim.analysis.failures_plots import write_plots
+        from clustersim.analysis.failures.plots import write_plots
         if not sweep_result and prepared.young_interval_s != float("inf"):
             one = sweep_policy(prepared, min(args.seeds, PLOT_SWEEP_SEEDS), workers)
             sweep_result = {one["policy"]: one}

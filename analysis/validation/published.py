@@ -18,7 +18,6 @@ import csv
 import io
 import math
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +30,6 @@ from clustersim.workloads.model_sources import resolve
 from clustersim.workloads.strategy import strategy_from_mapping
 from clustersim.workloads.training import training_from_mapping
 
-from clustersim.analysis.cli_common import add_catalog_option, output_path, write_json
 from clustersim.analysis.config import RunConfig
 from clustersim.analysis.step import run_step, DEFAULT_OPTIONS
 from clustersim.analysis.tables import render
@@ -245,27 +243,3 @@ def render_outcomes(outcomes: list[RowOutcome]) -> str:
     tail = (f"\n\n{s.compared} runs compared: {accuracy}; {s.not_fitting} do not fit in memory; "
             f"{s.unmapped} not mapped")
     return table + tail
-
-
-def register(sub) -> None:
-    p = sub.add_parser("validate", help="compare predictions with published runs")
-    p.add_argument("--runs", required=True, metavar="FILE.csv", help="published-runs table")
-    p.add_argument("--json", type=output_path, metavar="OUT", help="write rows and summary as JSON")
-    add_catalog_option(p)
-    p.set_defaults(func=run)
-
-
-def run(args) -> int:
-    from clustersim.hardware_specs import load_catalog
-
-    outcomes = validate_rows(Path(args.runs), load_catalog(args.catalog))
-    print(render_outcomes(outcomes))
-    summary = summarize(outcomes)
-    if args.json:
-        write_json({"summary": summary.to_dict(), "rows": [o.to_dict() for o in outcomes]},
-                   args.json)
-        print(f"\nwrote {args.json}")
-    if not summary.compared:
-        print("error: --runs: no run could be compared (see the notes above)", file=sys.stderr)
-        return 2
-    return 0

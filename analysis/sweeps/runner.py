@@ -26,9 +26,9 @@ from clustersim.workloads.strategy import Offload, Recompute, Schedule
 from clustersim.analysis.chrome_trace import chrome_trace
 from clustersim.analysis.limits import layer_passes
 from clustersim.analysis.config import RunConfig, config_from_mapping, config_path, read_yaml
-from clustersim.analysis.executors import run_tasks
-from clustersim.analysis.run_store import RunStore, atomic_write, manifest
-from clustersim.analysis.space import (
+from clustersim.analysis.sweeps.executors import run_tasks
+from clustersim.analysis.sweeps.run_store import RunStore, atomic_write, manifest
+from clustersim.analysis.sweeps.space import (
     GIB, Candidate, Status, SweepSpace, block_layers, enumerate_space, space_from_mapping,
 )
 from clustersim.analysis.step import StepReport, simulation_options
@@ -126,6 +126,15 @@ class SweepOutcome:
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
+
+    def why_nothing_ranked(self) -> str:
+        """Why a sweep ranked nothing, from what became of its candidates."""
+        if self.errors:
+            return f"{self.errors} simulations failed (see points.csv)"
+        if self.by_status.get("does_not_fit", 0):
+            return "no strategy that divides the job fits in memory"
+        return ("no strategy of the space divides the job (tp must divide the heads, "
+                "tp x pp x cp the GPUs, the micro-batches the batch)")
 
 
 def run_sweep(loaded: LoadedConfig, out: str | Path, *, workers: int = 1,

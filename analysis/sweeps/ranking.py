@@ -9,10 +9,10 @@ from pathlib import Path
 from clustersim.hardware_specs import SpecError
 
 from clustersim.analysis.config import RunConfig, config_from_mapping, read_yaml
-from clustersim.analysis.costs import costs_from_mapping, cost_per_million_tokens, energy_per_token_j
-from clustersim.analysis.exposure import exposure
-from clustersim.analysis.run_store import CANDIDATES, CONFIG, POINTS, RANKING, RunStore, to_csv
-from clustersim.analysis.space import GIB
+from clustersim.analysis.sweeps.costs import costs_from_mapping, cost_per_million_tokens, energy_per_token_j
+from clustersim.analysis.sweeps.exposure import exposure
+from clustersim.analysis.sweeps.run_store import CANDIDATES, CONFIG, POINTS, RANKING, RunStore, to_csv
+from clustersim.analysis.sweeps.space import GIB
 
 INT_COLUMNS = ("index", "tp", "pp", "dp", "cp", "micro_batch", "virtual_stages", "zero",
                "critical_class", "events")
@@ -46,7 +46,7 @@ def load_frame(path: Path, text: str | None = None):
 
 def ranking(run_dir: str | Path, config: RunConfig | None = None):
     """Simulated points of ``run_dir`` ranked by tokens/s (ties: enumeration order)."""
-    from clustersim.analysis.sweep_runner import job_of_row
+    from clustersim.analysis.sweeps.runner import job_of_row
     config = config or folder_config(run_dir)
     store = RunStore(run_dir)
     points = load_frame(store.path(POINTS), store.points_text())

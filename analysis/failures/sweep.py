@@ -19,7 +19,7 @@ from clustersim.simulator.longrun.checkpointing import (
 )
 from clustersim.simulator.longrun.montecarlo import run_seeds
 
-from clustersim.analysis.failures_study import Z95, Prepared
+from clustersim.analysis.failures.study import Z95, Prepared
 
 POINTS = 9
 SPAN = 4.0

@@ -1,4 +1,5 @@
-"""The ``clustersim`` command line: one module per command, each with ``register`` and ``run``."""
+"""The ``clustersim`` entry point: the parser of every command, and the one place that turns
+errors into exit statuses (a bad input is status 2, never a traceback)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,11 @@ import sys
 from clustersim import __version__
 from clustersim.hardware_specs import SpecError
 
-from clustersim.analysis import (
-    calibrate_cmd, collective_cmd, compare_cmd, failures_cmd, hardware_cmd, report, simulate_cmd,
-    sweep_cmd, validate,
+from clustersim.analysis.cli import (
+    calibrate, collective, compare, failures, hardware, report, simulate, sweep, validate,
 )
 
-COMMANDS = (simulate_cmd, sweep_cmd, compare_cmd, failures_cmd, report, collective_cmd,
-            hardware_cmd, validate, calibrate_cmd)
+COMMANDS = (simulate, sweep, compare, failures, report, collective, hardware, validate, calibrate)
 """Command modules, in the order ``--help`` lists them."""
 
 

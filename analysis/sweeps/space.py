@@ -22,7 +22,7 @@ schedule), a memory saver that adds work is only worth simulating when no lighte
 The order is the work each adds: recompute none < selective < full (recomputed FLOPs), offload
 none < optimizer < params (host transfers), ZeRO-1 < ZeRO-2 (the same collectives; stage 2 only
 frees gradients sooner). ZeRO 0, 1 and 3 communicate differently and are all simulated. A
-dominated strategy is listed with the one that dominates it; ``tests/test_space.py`` checks on
+dominated strategy is listed with the one that dominates it; ``tests/test_sweep.py`` checks on
 exhaustive sweeps that none is ever faster than its dominator.
 """
 
