@@ -257,6 +257,17 @@ class LayerOps:
             return LayerWork(self.attention_core(layer), ())
         return LayerWork((), ())
 
+    def mtp_input(self) -> tuple[Kernel, ...]:
+        """The input of a multi-token-prediction module (DeepSeek-V3 sec. 2.2, eq. (21)): the
+        next token's embedding (looked up in the shared table) and the previous depth's hidden
+        state, each RMS-normed, concatenated and projected 2h -> h. Its layer, final norm and
+        LM head are a layer's and the head's kernels."""
+        m, s, e = self.model, self.strategy, self.elem
+        return (_elementwise("mtp_embedding", self.norm_tokens * m.hidden, 2, e),
+                _elementwise("mtp_norms", 2 * self.norm_tokens * m.hidden, 2, e),
+                _gemm("mtp_eh_proj", self.tokens, m.hidden // s.tp, 2 * m.hidden, e,
+                      self.gemm_dtype))
+
     # --- first and last stage ----------------------------------------------------------
     def embedding_forward(self) -> tuple[Kernel, ...]:
         m = self.model

@@ -240,6 +240,18 @@ class TransformerSpec:
             return base + self.router_params + shared, self.routed_expert_params
         return base + self.mlp_params(self.ffn_hidden), 0
 
+    def tp_replicated_params(self, layer: int) -> int:
+        """Parameters of layer ``layer`` every tensor-parallel rank holds whole: the two norms,
+        MLA's down-projections and latent norms (Megatron-Core keeps them unsplit) and a MoE
+        layer's router."""
+        whole = 2 * self.norm_params
+        if self.is_mla:
+            tensors = self.attention_tensors()
+            whole += sum(tensors[:2] if self.q_lora_rank else ()) + sum(tensors[-4:-2])
+        if self.is_moe_layer(layer):
+            whole += self.router_params
+        return whole
+
     def layer_total(self, layer: int) -> int:
         return sum(self.layer_parts(layer))
 
