@@ -6,10 +6,15 @@ import json
 import subprocess
 import sys
 
+from dataclasses import replace
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clustersim.hardware_specs import SpecError
-from clustersim.workloads.model import PRESETS, LocalAttention
+from clustersim.workloads.layer_ops import model_flops_per_token
+from clustersim.workloads.model import PRESETS, LocalAttention, from_mapping
 from clustersim.workloads.model_sources import bundled_config, from_hf_config, resolve
 from tests.conftest import REPO
 
@@ -131,3 +136,40 @@ def test_irrelevant_keys_are_accepted_and_unknown_ones_exit_2(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "config.json: shared_expert_intermediate_size): not understood" in run.stderr
+
+
+@st.composite
+def moe_models(draw):
+    experts = draw(st.sampled_from([4, 8, 16, 64]))
+    layers = draw(st.integers(2, 12))
+    spec = {"layers": layers, "hidden": 256, "heads": 8, "vocab": 1000, "mlp": "swiglu",
+            "ffn_hidden": 1024, "num_experts": experts,
+            "top_k": draw(st.integers(1, min(8, experts - 1))),
+            "moe_ffn_hidden": draw(st.sampled_from([128, 256, 512])),
+            "shared_experts": draw(st.integers(0, 2)),
+            "first_dense_layers": draw(st.integers(0, layers - 1)),
+            "mtp_layers": draw(st.integers(0, 1))}
+    if draw(st.booleans()):
+        spec.update(kv_lora_rank=64, q_lora_rank=draw(st.sampled_from([0, 96])),
+                    head_dim=48, qk_rope_head_dim=16, v_head_dim=32)
+    return from_mapping(spec)
+
+
+@settings(max_examples=40, deadline=None)
+@given(moe_models())
+def test_counts_add_up_and_active_is_below_total(m):
+    layers = sum(m.layer_total(i) for i in range(m.layers))
+    assert m.parameters == layers + m.embedding_params + m.head_params
+    dense, expert = m.params_of_layers(range(m.layers))
+    assert dense + expert == layers
+    assert m.active_compute_parameters <= m.active_parameters < m.parameters
+    assert m.dense_layer_params * m.layers == pytest.approx(dense)
+
+
+@settings(max_examples=40, deadline=None)
+@given(moe_models())
+def test_one_more_expert_per_token_costs_its_gemms(m):
+    more = replace(m, top_k=m.top_k + 1)
+    extra = model_flops_per_token(more, 512) - model_flops_per_token(m, 512)
+    moe_layers = m.moe_layers + m.mtp_layers * int(m.is_moe_layer(m.layers - 1))
+    assert extra == pytest.approx(6 * moe_layers * 3 * m.hidden * m.expert_ffn, rel=1e-9)
