@@ -122,10 +122,18 @@ def test_capacity_drops_tokens_and_padding_computes_the_capacity():
     capped = expert_load(4096, 8, 256, 64, MoeRouting(capacity_factor=1.0))
     loose = expert_load(4096, 8, 256, 64, MoeRouting(capacity_factor=2.0))
     padded = expert_load(4096, 8, 256, 64, MoeRouting(capacity_factor=1.25, pad_to_capacity=True))
+    assert padded.sent_per_token == 256 * math.ceil(1.25 * 4096 * 8 / 256) / 4096
     assert dropless.dropped_fraction == 0.0 <= loose.dropped_fraction < capped.dropped_fraction
-    assert capped.dropped_fraction < 0.02 and loose.dropped_fraction < 1e-9
+    assert loose.dropped_fraction < 1e-9
+    # Each source device keeps at most ceil(1.0 x 4096 x 8 / 256) = 128 tokens per expert:
+    # against sampled uniform routing of its 32,768 token-expert pairs.
+    rng = np.random.default_rng(3)
+    over = [np.maximum(np.bincount(rng.integers(0, 256, 4096 * 8), minlength=256) - 128, 0).sum()
+            for _ in range(300)]
+    assert capped.dropped_fraction == pytest.approx(np.mean(over) / (4096 * 8), rel=0.05)
     assert capped.tokens_per_expert <= 4096 * 8 * 64 / 256
-    assert padded.tokens_per_expert == math.ceil(1.25 * 4096 * 8 * 64 / 256)
+    assert padded.tokens_per_expert == 64 * math.ceil(1.25 * 4096 * 8 / 256)
+    assert capped.sent_per_token == pytest.approx(8 * (1 - capped.dropped_fraction))
 
 
 def test_grouped_gemm_rows_are_the_busiest_devices_tokens_per_expert():

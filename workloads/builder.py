@@ -17,7 +17,7 @@ from __future__ import annotations
 from clustersim.hardware_specs import SpecError
 from clustersim.workloads.axes import TIED_EMBEDDING_GROUP, Axis
 from clustersim.workloads.job import Job
-from clustersim.workloads.layer_ops import LayerOps, Pass
+from clustersim.workloads.layer_ops import LayerOps, LayerWork, Pass
 from clustersim.workloads.layout import ParallelLayout
 from clustersim.workloads.memory import stage_memory
 from clustersim.workloads.stages import StagePlan, stage_plans
@@ -42,16 +42,24 @@ class StageBuilder:
         self.expert = ExpertParallel(self.stage, self.tensor)
         self.pipeline = PipelineParallel(self.stage)
         self.data = DataParallel(self.stage)
-        self.forward_work = kernels.forward()
-        self.backward_work = kernels.backward()
-        self.recompute_work = kernels.recompute()
+        self._work: dict[tuple[bool, bool], tuple[LayerWork, LayerWork, LayerWork]] = {}
+        """(forward, backward, recompute) kernels of each kind of layer the stage holds."""
+
+    def work(self, layer: int) -> tuple[LayerWork, LayerWork, LayerWork]:
+        """Kernels of layer ``layer``: layers of one kind (dense or MoE MLP, global or local
+        attention) share theirs, so the engine times each kind once."""
+        kind = self.stage.model.layer_kind(layer)
+        if kind not in self._work:
+            k = self.stage.kernels
+            self._work[kind] = (k.forward(layer), k.backward(layer), k.recompute(layer))
+        return self._work[kind]
 
     # --- a layer -------------------------------------------------------------------------
     def layer_forward(self, micro: int, layer: int, layers: list[int], phase: Phase,
                       deps: tuple[int, ...]) -> int:
         deps = deps + self.data.before_forward(phase, micro, layer, layers)
         tag = f"{'fwd' if phase is Phase.FORWARD else 'recompute'}{micro}.layer{layer}"
-        work = self.forward_work
+        work = self.work(layer)[0]
         attn = self.context.attention(f"{tag}.attn", phase, work.attention, deps, backward=False)
         return self.expert.mlp(f"{tag}.mlp", phase, work.mlp, (attn,))
 
@@ -62,10 +70,11 @@ class StageBuilder:
         if strategy.recomputes(layers.index(layer)):
             deps = (self.layer_forward(micro, layer, layers, Phase.RECOMPUTE, deps),)
         tag = f"bwd{micro}.layer{layer}"
-        attention = self.backward_work.attention
+        _, backward, recompute = self.work(layer)
+        attention = backward.attention
         if strategy.recompute is Recompute.SELECTIVE:
-            attention = self.recompute_work.attention + attention
-        mlp = self.expert.mlp(f"{tag}.mlp", Phase.BACKWARD, self.backward_work.mlp, deps)
+            attention = recompute.attention + attention
+        mlp = self.expert.mlp(f"{tag}.mlp", Phase.BACKWARD, backward.mlp, deps)
         attn = self.context.attention(f"{tag}.attn", Phase.BACKWARD, attention, (mlp,),
                                       backward=True)
         self.data.reduce_gradients(tag, last_micro)
@@ -80,24 +89,57 @@ class StageBuilder:
                                     deps)
         return self.tensor.reduce_if_split(name, op)
 
-    def head_forward(self, micro: int, deps: tuple[int, ...]) -> int:
-        """Final norm and vocab-parallel LM head, then the vocab-parallel cross-entropy."""
-        ops, name = self.stage.ops, f"fwd{micro}.head"
+    def head_forward(self, micro: int, deps: tuple[int, ...], part: str = "") -> int:
+        """Final norm and vocab-parallel LM head, then the vocab-parallel cross-entropy
+        (``part`` names a multi-token-prediction module's head)."""
+        ops, prefix = self.stage.ops, f"fwd{micro}.{part}"
+        name = f"{prefix}head"
         kernels = self.stage.kernels.head_forward()
         if self.tensor.degree == 1:
             return ops.compute(name, Phase.FORWARD, kernels, deps)
         loss = tuple(k for k in kernels if k.name == "cross_entropy")
         logits = tuple(k for k in kernels if k.name != "cross_entropy")
         last = ops.compute(name, Phase.FORWARD, logits, self.tensor.gather_sequence(name, deps))
-        last = self.tensor.cross_entropy(f"fwd{micro}.cross_entropy", last)
-        return ops.compute(f"fwd{micro}.loss", Phase.FORWARD, loss, (last,))
+        last = self.tensor.cross_entropy(f"{prefix}cross_entropy", last)
+        return ops.compute(f"{prefix}loss", Phase.FORWARD, loss, (last,))
 
-    def head_backward(self, micro: int, deps: tuple[int, ...]) -> int:
+    def head_backward(self, micro: int, deps: tuple[int, ...], part: str = "") -> int:
         """LM head gradient; its input gradient is a partial sum over the vocabulary slices."""
-        name = f"bwd{micro}.head"
+        name = f"bwd{micro}.{part}head"
         op = self.stage.ops.compute(name, Phase.BACKWARD, self.stage.kernels.head_backward(),
                                     deps)
         return self.tensor.reduce_if_split(name, op)
+
+    # --- multi-token prediction ------------------------------------------------------------
+    def mtp_forward(self, micro: int, deps: tuple[int, ...]) -> None:
+        """DeepSeek-V3's MTP modules after the last layer (sec. 2.2): each projects the
+        previous depth's hidden state with the next token's embedding, runs a layer like the
+        last one, and its own pass through the shared LM head and loss."""
+        m, ops = self.stage.model, self.stage.ops
+        forward = self.work(m.layers - 1)[0]
+        for depth in range(m.mtp_layers):
+            tag = f"fwd{micro}.mtp{depth}"
+            op = ops.compute(f"{tag}.input", Phase.FORWARD, self.stage.kernels.mtp_input(), deps)
+            attn = self.context.attention(f"{tag}.attn", Phase.FORWARD, forward.attention,
+                                          (op,), backward=False)
+            deps = (self.expert.mlp(f"{tag}.mlp", Phase.FORWARD, forward.mlp, (attn,)),)
+            self.head_forward(micro, deps, part=f"mtp{depth}.")
+
+    def mtp_backward(self, micro: int, last_micro: bool) -> tuple[int, ...]:
+        """The MTP modules' gradients, deepest first; they join the last layer's."""
+        m, ops = self.stage.model, self.stage.ops
+        backward = self.work(m.layers - 1)[1]
+        deps: tuple[int, ...] = ()
+        for depth in reversed(range(m.mtp_layers)):
+            tag = f"bwd{micro}.mtp{depth}"
+            head = self.head_backward(micro, deps, part=f"mtp{depth}.")
+            mlp = self.expert.mlp(f"{tag}.mlp", Phase.BACKWARD, backward.mlp, (head,))
+            attn = self.context.attention(f"{tag}.attn", Phase.BACKWARD, backward.attention,
+                                          (mlp,), backward=True)
+            deps = (ops.compute(f"{tag}.input", Phase.BACKWARD,
+                                self.stage.kernels.mtp_input_backward(), (attn,)),)
+            self.data.reduce_gradients(tag, last_micro)
+        return deps
 
     # --- the schedule ----------------------------------------------------------------------
     def run(self) -> tuple[Op, ...]:
@@ -121,14 +163,16 @@ class StageBuilder:
                     deps = (self.layer_forward(micro, layer, layers, Phase.FORWARD, deps),)
                 if chunk == last_chunk:
                     self.head_forward(micro, deps)
+                    self.mtp_forward(micro, deps)
                 else:
                     self.pipeline.send(Pass.FORWARD, micro, chunk, deps)
             else:
                 if chunk < last_chunk:
                     deps = (self.pipeline.receive(Pass.BACKWARD, micro, chunk),)
-                else:
-                    deps = (self.head_backward(micro, ()),)
                 last_micro = micro == stage.job.micro_batches - 1
+                if chunk == last_chunk:
+                    mtp = self.mtp_backward(micro, last_micro)
+                    deps = (self.head_backward(micro, mtp),)
                 backwards = layers[::-1]
                 for layer in backwards:
                     deps = (self.layer_backward(micro, layer, backwards, deps, last_micro),)

@@ -268,6 +268,9 @@ class LayerOps:
                 _gemm("mtp_eh_proj", self.tokens, m.hidden // s.tp, 2 * m.hidden, e,
                       self.gemm_dtype))
 
+    def mtp_input_backward(self) -> tuple[Kernel, ...]:
+        return _backward_of(self.mtp_input(), self.elem)
+
     # --- first and last stage ----------------------------------------------------------
     def embedding_forward(self) -> tuple[Kernel, ...]:
         m = self.model

@@ -209,6 +209,10 @@ class TransformerSpec:
         return (self.is_moe and layer >= self.first_dense_layers
                 and (layer + 1) % self.moe_layer_step == 0)
 
+    def layer_kind(self, layer: int) -> tuple[bool, bool]:
+        """(MoE MLP, global attention): what sets a layer's kernels apart from another's."""
+        return self.is_moe_layer(layer), self.is_global_attention(layer)
+
     @property
     def moe_layers(self) -> int:
         return sum(1 for i in range(self.layers) if self.is_moe_layer(i))

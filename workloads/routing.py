@@ -69,6 +69,9 @@ class ExpertLoad:
     """Share of token-expert assignments a capacity limit drops (0 when dropless)."""
     busiest_over_mean: float
     """The busiest device's load over the balanced load (1 when perfectly balanced)."""
+    sent_per_token: float
+    """Token copies each device sends in a dispatch, per token it routes: top_k dropless,
+    fewer when a capacity drops some, experts x capacity / tokens when padded to it."""
 
 
 def expert_probabilities(experts: int, skew: float) -> np.ndarray:
@@ -107,26 +110,31 @@ def raab_steger_max(assignments: float, bins: int) -> float:
 def expert_load(tokens: float, top_k: int, experts: int, ep: int,
                 routing: MoeRouting = MoeRouting()) -> ExpertLoad:
     """Load of the busiest device when each of ``ep`` devices routes ``tokens`` tokens to
-    ``top_k`` of ``experts`` experts, ``experts / ep`` of them local to each device."""
+    ``top_k`` of ``experts`` experts, ``experts / ep`` of them local to each device. A capacity
+    applies to each source device's tokens, as Megatron-Core's ``get_capacity(num_local_tokens
+    x top_k, experts, capacity_factor)`` does before the dispatch."""
     local = experts // ep
-    assignments = tokens * top_k * ep
+    sent = tokens * top_k
+    assignments = sent * ep
     balanced = assignments / experts
     p = expert_probabilities(experts, routing.expert_skew)
-    dropped = 0.0
+    dropped, capacity = 0.0, 0
     if routing.capacity_factor:
-        capacity = math.ceil(routing.capacity_factor * balanced)
-        dropped = float(np.sum(_excess(assignments, p, capacity))) / assignments
+        capacity = math.ceil(routing.capacity_factor * sent / experts)
+        dropped = float(np.sum(_excess(sent, p, capacity))) / sent
         if routing.pad_to_capacity:
-            return ExpertLoad(float(capacity), dropped, capacity / balanced)
+            rows = float(ep * capacity)
+            return ExpertLoad(rows, dropped, rows / balanced, experts * capacity / tokens)
+    kept = top_k * (1.0 - dropped)
     if ep == 1:
         busiest = balanced * (1.0 - dropped)
-        return ExpertLoad(busiest, dropped, 1.0 - dropped)
+        return ExpertLoad(busiest, dropped, 1.0 - dropped, kept)
     shares = p.reshape(ep, local).sum(axis=1)
     device = expected_max_load(assignments, shares)
-    if routing.capacity_factor:
-        device = min(device, local * math.ceil(routing.capacity_factor * balanced))
+    if capacity:
+        device = min(device, local * ep * capacity)
     per_expert = device / local
-    return ExpertLoad(per_expert, dropped, per_expert / balanced)
+    return ExpertLoad(per_expert, dropped, per_expert / balanced, kept)
 
 
 def dispatch_bytes(tokens: float, hidden: int, elem_bytes: float, top_k: int, ep: int,

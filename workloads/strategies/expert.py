@@ -4,7 +4,10 @@ parallelism), sends every token's hidden state to the ranks of its top-k experts
 dispatch), runs its local experts, and sends the results back (all-to-all combine), as
 GShard (Lepikhin et al. 2020) and Megatron-Core's ``MoEAlltoAllTokenDispatcher`` do; the
 collectives carry their routing, which DeepEP's dispatchers cost differently
-(``workloads/dispatch.py``).
+(``workloads/dispatch.py``). The router, permute and shared experts run before the dispatch,
+the unpermute and the residual after the combine (in backward the other way round); a capacity
+factor shrinks (or pads) what is sent (``workloads/routing.py``). Dense layers of a mixture of
+experts (DeepSeek-V3's first three, Llama 4's interleaved ones) are plain tensor-parallel MLPs.
 """
 
 from __future__ import annotations
@@ -12,12 +15,29 @@ from __future__ import annotations
 from clustersim.workloads.axes import Axis
 from clustersim.workloads.dispatch import TokenRouting
 from clustersim.workloads.layer_ops import Kernel
+from clustersim.workloads.routing import expert_load
 from clustersim.workloads.strategies.program import StageProgram
 from clustersim.workloads.strategies.tensor import TensorParallel
 from clustersim.workloads.trace import CollectiveKind, Phase
 
 EXPERT_KERNEL_PREFIX = "expert"
 """Kernels named so run on the dispatched tokens, between dispatch and combine."""
+SHARED_KERNEL_PREFIX = "shared"
+"""Kernels named so are the shared experts, which every token passes on its own device."""
+AFTER_COMBINE = ("unpermute", "residual2")
+"""Forward kernels that wait for the combine (in backward they come first, before the
+dispatch of the gradients)."""
+
+
+def _part(kernel: Kernel) -> str:
+    """Which part of a MoE block a kernel belongs to: ``experts``, ``shared``, ``after`` (the
+    combine) or ``before`` (the dispatch)."""
+    base = kernel.name.split(".")[0]
+    if base.startswith(EXPERT_KERNEL_PREFIX):
+        return "experts"
+    if base.startswith(SHARED_KERNEL_PREFIX):
+        return "shared"
+    return "after" if base in AFTER_COMBINE else "before"
 
 
 class ExpertParallel:
@@ -27,27 +47,48 @@ class ExpertParallel:
         self.stage, self.tensor = stage, tensor
         self.degree = stage.strategy.ep
         self.active = stage.model.is_moe and self.degree > 1
+        self._routing = self._token_routing() if self.active else None
 
     def routing(self) -> TokenRouting:
+        """The stage's token routing (the same for every MoE layer and micro-batch)."""
+        if self._routing is None:
+            self._routing = self._token_routing()
+        return self._routing
+
+    def _token_routing(self) -> TokenRouting:
         """How one rank's tokens fan out in a dispatch (and come back in a combine): each of
-        its tokens (its sequence shard under sequence parallelism) to its top-k experts."""
-        m, s = self.stage.model, self.stage.strategy
-        return TokenRouting(dispatcher=s.ep_dispatcher, tokens=self.stage.kernels.norm_tokens,
+        its tokens (its sequence shard under sequence parallelism) to its top-k experts, less
+        what a capacity drops (or padded up to the capacity)."""
+        m, s, job = self.stage.model, self.stage.strategy, self.stage.job
+        load = expert_load(self.stage.kernels.tokens, m.top_k, m.num_experts, s.ep,
+                           job.training.moe)
+        return TokenRouting(dispatcher=s.ep_dispatcher,
+                            tokens=self.stage.kernels.norm_tokens * load.sent_per_token / m.top_k,
                             token_bytes=m.hidden * self.stage.element_bytes, top_k=m.top_k,
                             experts=m.num_experts, groups=m.expert_groups,
                             groups_per_token=m.expert_group_limit or m.expert_groups)
 
     def mlp(self, name: str, phase: Phase, kernels: tuple[Kernel, ...],
             deps: tuple[int, ...]) -> int:
-        """MoE MLP: router, dispatch all-to-all, experts, combine all-to-all (for ep > 1)."""
-        if not self.active:
+        """MoE MLP: router and permute, dispatch all-to-all, experts, combine all-to-all,
+        unpermute (for ep > 1); shared experts after the combine, as Megatron-Core runs them
+        without ``--moe-shared-expert-overlap``."""
+        parts: dict[str, tuple[Kernel, ...]] = {}
+        for k in kernels:
+            parts[_part(k)] = parts.get(_part(k), ()) + (k,)
+        if not self.active or "experts" not in parts:
             return self.tensor.block(name, phase, kernels, deps)
         ops, routing = self.stage.ops, self.routing()
-        local = tuple(k for k in kernels if not k.name.startswith(EXPERT_KERNEL_PREFIX))
-        experts = tuple(k for k in kernels if k.name.startswith(EXPERT_KERNEL_PREFIX))
-        router = ops.compute(f"{name}.router", phase, local, deps)
+        first, last = ("after", "before") if phase is Phase.BACKWARD else ("before", "after")
+        router = ops.compute(f"{name}.{'unpermute' if first == 'after' else 'router'}", phase,
+                             parts.get(first, ()), deps)
         dispatch = ops.collective(f"{name}.ep_dispatch", CollectiveKind.ALL_TO_ALL,
                                   routing.payload_bytes, Axis.EP, (router,), routing=routing)
-        mid = ops.compute(f"{name}.experts", phase, experts, (dispatch,))
-        return ops.collective(f"{name}.ep_combine", CollectiveKind.ALL_TO_ALL,
-                              routing.payload_bytes, Axis.EP, (mid,), routing=routing)
+        mid = ops.compute(f"{name}.experts", phase, parts["experts"], (dispatch,))
+        combine = ops.collective(f"{name}.ep_combine", CollectiveKind.ALL_TO_ALL,
+                                 routing.payload_bytes, Axis.EP, (mid,), routing=routing)
+        tail = parts.get("shared", ()) + parts.get(last, ())
+        if not tail:
+            return combine
+        return ops.compute(f"{name}.{'router' if last == 'before' else 'unpermute'}", phase,
+                           tail, (combine,))
