@@ -49,7 +49,7 @@ class FixedNetwork:
         self.topology = OneLink()
         self.collective_ms, self.send_ms, self.over_link = collective_ms, send_ms, over_link
 
-    def plan(self, kind, nbytes, instances):
+    def plan(self, kind, nbytes, instances, routing=None):
         if self.over_link:
             return Plan(Algorithm.RING, Protocol.SIMPLE, 0.0, 0.0, ((("nic", 0), nbytes),))
         return Plan(Algorithm.RING, Protocol.SIMPLE, 0.0, self.collective_ms * MS, ())
