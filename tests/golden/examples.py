@@ -109,6 +109,7 @@ RUNS = (
     _simulate("llama3_8b_fsdp.yaml"),
     _simulate("moe_fabric_contention.yaml"),
     _simulate("moe_fabric_contention_rail.yaml"),
+    _simulate("deepseek_v3_h800.yaml", slow=True),
     GoldenRun(example="failures_llama3_405b.yaml", summarize=_failures, slow=True,
               args=("failures", "failures_llama3_405b", "--days", "54", "--seeds", "200")),
     GoldenRun(example="failures_bloom_176b.yaml", summarize=_failures, slow=True,
