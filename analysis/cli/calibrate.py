@@ -18,7 +18,7 @@ from pathlib import Path
 
 from clustersim.hardware_specs import SpecError, load_catalog
 
-from clustersim.analysis.cli.common import add_catalog_option, output_path, write_json
+from clustersim.analysis.cli.common import add_catalog_option, add_command, output_path, write_json
 
 MICROBENCH_FILE = "microbench.json"
 BUSY_HOST_CORES = 0.25
@@ -79,8 +79,13 @@ def _add_validate_options(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("calibrate", help="calibrate on real hardware and validate against "
-                                         "real torch training")
+    p = add_command(sub, "calibrate", help="calibrate on real hardware and validate against "
+                                           "real torch training", examples=[
+        ("clustersim calibrate all --out calib/ --quick",
+         "measure, fit a profile and validate it on this machine (needs torch)"),
+        ("clustersim simulate my_job.yaml --catalog calib/profile.yaml",
+         "then simulate with the fitted profile"),
+    ])
     cmds = p.add_subparsers(dest="calibrate_command", required=True, metavar="STEP")
 
     mb = cmds.add_parser("microbench", help="measure kernels and collectives with torch")

@@ -16,18 +16,25 @@ from clustersim.hardware_specs.fields import parse_enum
 from clustersim.hardware_specs.units import Quantity, parse
 from clustersim.simulator.cost.collectives import Algorithm
 
-from clustersim.analysis.cli.common import add_catalog_option, output_path, write_json
+from clustersim.analysis.cli.common import add_catalog_option, add_command, output_path, write_json
 from clustersim.analysis.tables import render
 from clustersim.analysis.limits import COLLECTIVE_ROW_BUDGET, check_budget
-from clustersim.analysis.validation.collectives import MAX_ROWS, OPS, CollectiveRow, measure, sizes
+from clustersim.analysis.validation.collectives import (
+    MAX_ROWS, OPS, CollectiveRow, canonical_op, measure, sizes,
+)
 from clustersim.analysis.validation.nccl_tests_log import NcclTestsLog, read_log
 
 
 def register(sub) -> None:
-    p = sub.add_parser("collective", help="predict nccl-tests output for a collective")
+    p = add_command(sub, "collective", help="predict nccl-tests output for a collective", examples=[
+        ("clustersim collective --gpu h100-sxm --gpus 16 --op all_reduce --max-bytes 1G",
+         "all_reduce_perf on two DGX H100 nodes, 8 B to 1 GiB"),
+        ("clustersim collective --gpu h100-sxm --against examples/nccl_tests_h100_p5.log",
+         "hold the model against a real nccl-tests log (its sizes, ranks and op)"),
+    ])
     p.add_argument("--cluster", metavar="CONFIG", help="YAML with a cluster: section (a run config)")
     p.add_argument("--gpu", help="catalog device, instead of --cluster (its usual node)")
-    p.add_argument("--op", choices=sorted(OPS),
+    p.add_argument("--op", type=canonical_op, choices=sorted(OPS),
                    help="collective (default all_reduce, or the log's)")
     p.add_argument("--gpus", type=int, help="ranks in the collective (default: the log's ranks)")
     p.add_argument("--gpus-per-node", type=int, help="populate each node with this many GPUs")
@@ -123,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     gpus = _from_log(args.gpus, log and log.ranks, "--gpus", None)
     if gpus is None:
         raise SpecError("--gpus", "give the number of ranks (or --against a log that lists them)")
-    op = _from_log(args.op, log and log.op, "--op", "all_reduce")
+    op = _from_log(args.op, log and log.op and canonical_op(log.op), "--op", "all_reduce")
     if op not in OPS:
         raise SpecError("--op", f"expected one of {', '.join(sorted(OPS))}, got {op!r}")
     per_thread = _from_log(args.gpus_per_thread, log and log.gpus_per_thread,

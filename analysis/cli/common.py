@@ -6,7 +6,20 @@ import argparse
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
+
+
+def add_command(sub: argparse._SubParsersAction, name: str, *, help: str,
+                examples: Sequence[tuple[str, str]], description: str = "") -> argparse.ArgumentParser:
+    """A command's parser whose ``--help`` ends with worked examples: (command line, what it
+    does). ``tests/test_cli_help.py`` parses every example, so none can drift from the flags."""
+    lines = ["examples:"]
+    for command, what in examples:
+        lines += [f"  {command}", f"      {what}"]
+    return sub.add_parser(name, help=help, description=description or help,
+                          epilog="\n".join(lines),
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def positive_int(text: str) -> int:

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clustersim.analysis.cli.common import add_catalog_option, add_parallel_options, output_path
+from clustersim.analysis.cli.common import add_catalog_option, add_command, add_parallel_options, output_path
 from clustersim.analysis.reports.comparison import table
 from clustersim.analysis.sweeps.compare import compare
 from clustersim.analysis.sweeps.run_store import COMPARE
 
 
 def register(sub) -> None:
-    p = sub.add_parser("compare", help="compare clusters (what should we buy?)")
+    p = add_command(sub, "compare", help="compare clusters (what should we buy?)", examples=[
+        ("clustersim compare llama3_70b_h100 --vary cluster.gpu=h100-sxm,h200",
+         "one config on two GPU types, each with the config's own strategy"),
+        ("clustersim compare llama3_8b_fsdp --vary cluster.oversubscription=1,2 --sweep "
+         "--out runs/fabric", "each fabric with the best strategy a sweep finds for it"),
+    ])
     p.add_argument("configs", nargs="+", help="run config YAML files")
     p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
-                   help="try each value of a config field, e.g. cluster.gpu=h100-sxm,h200-sxm "
+                   help="try each value of a config field, e.g. cluster.gpu=h100-sxm,h200 "
                         "or cluster.oversubscription=1,2 (repeatable: every combination)")
     p.add_argument("--sweep", action="store_true",
                    help="find each cluster's best strategy with a full sweep (needs --out)")

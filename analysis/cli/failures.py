@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from clustersim.analysis.cli.common import add_catalog_option, output_path, positive_int, write_json
+from clustersim.analysis.cli.common import (
+    add_catalog_option, add_command, output_path, positive_int, write_json,
+)
 
 SWEEP_SEEDS = 40
 PLOT_SWEEP_SEEDS = 20
@@ -14,7 +16,13 @@ MAX_SEEDS = 100_000
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("failures", help="failure injection and recovery study over many days")
+    p = add_command(sub, "failures", help="failure injection and recovery study over many days",
+                    examples=[
+        ("clustersim failures failures_llama3_405b --seeds 50",
+         "Llama 3 405B on 16,384 H100 for 54 days: interruptions, ETTR, lost time by cause"),
+        ("clustersim failures failures_bloom_176b --sweep-interval --plots figures/",
+         "the best checkpoint interval of every checkpoint policy, with plots"),
+    ])
     p.add_argument("config", help="run config YAML (its `failures:` section sets the policies)")
     p.add_argument("--days", type=float, help="horizon in days (default: failures.days, or 30)")
     p.add_argument("--seeds", type=int, default=200, help="Monte Carlo runs (default 200)")

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from clustersim.hardware_specs import Catalog, SpecError
 from clustersim.hardware_specs.units import format_bytes, format_rate, format_time
 
-from clustersim.analysis.cli.common import add_catalog_option
+from clustersim.analysis.cli.common import add_catalog_option, add_command
 from clustersim.analysis.tables import render
 
 SECTIONS = ("devices", "nodes", "fabrics", "memory_tiers", "failure_models")
@@ -86,7 +86,10 @@ def show(catalog: Catalog, name: str) -> tuple[str, dict]:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("hardware", help="list or show the hardware catalog")
+    p = add_command(sub, "hardware", help="list or show the hardware catalog", examples=[
+        ("clustersim hardware list", "every device, node, fabric, memory tier and failure model"),
+        ("clustersim hardware show h100-sxm", "one entry with its units and sources"),
+    ])
     p.add_argument("action", choices=["list", "show"])
     p.add_argument("name", nargs="?", help="device, node, fabric, tier or failure model")
     p.add_argument("--json", dest="json_out", action="store_true", help="print JSON")

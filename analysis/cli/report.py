@@ -7,13 +7,20 @@ import gzip
 
 from clustersim.hardware_specs import SpecError
 
-from clustersim.analysis.cli.common import output_path
+from clustersim.analysis.cli.common import add_command, output_path
 from clustersim.analysis.reports.sweep_report import build_report
 
 
 def register(sub) -> None:
-    p = sub.add_parser("report", help="write an HTML report (and Markdown twin) of a sweep")
-    p.add_argument("run_dir", help="folder written by `clustersim sweep --out`")
+    p = add_command(sub, "report", help="write an HTML report (and Markdown twin) of a sweep or "
+                                          "a comparison", examples=[
+        ("clustersim report runs/llama8b --out runs/llama8b.html",
+         "a sweep folder: ranking, breakdowns, memory, Pareto front, energy and cost"),
+        ("clustersim report runs/fabric --out runs/fabric.html",
+         "a `compare --out` folder: the clusters side by side"),
+    ])
+    p.add_argument("run_dir", help="folder written by `clustersim sweep --out` or "
+                                   "`clustersim compare --out`")
     p.add_argument("--out", type=output_path, default="report.html", metavar="FILE.html",
                    help="HTML file to write (default: report.html); the Markdown twin and the "
                         "figures go beside it")

@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clustersim.analysis.cli.common import add_catalog_option, output_path, write_json
+from clustersim.analysis.cli.common import add_catalog_option, add_command, output_path, write_json
 
 DEFAULT_EXAMPLE = "llama3_70b_h100"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("simulate", help="simulate one training step of a config")
+    p = add_command(sub, "simulate", help="simulate one training step of a config", examples=[
+        ("clustersim simulate", f"the bundled {DEFAULT_EXAMPLE} example: step time, breakdown, memory"),
+        ("clustersim simulate my_job.yaml --json step.json --trace step.trace.json",
+         "your config; the result as JSON and a timeline to open in https://ui.perfetto.dev"),
+    ])
     p.add_argument("config", nargs="?", help="run config YAML, or a bundled example's name "
                         f"(default: {DEFAULT_EXAMPLE})")
     p.add_argument("--json", type=output_path, metavar="OUT", help="write the result as JSON")

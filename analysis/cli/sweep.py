@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from clustersim.analysis.cli.common import add_catalog_option, add_parallel_options, output_path, positive_int
+from clustersim.analysis.cli.common import (
+    add_catalog_option, add_command, add_parallel_options, output_path, positive_int,
+)
 
 TOP = 15
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="simulate every valid strategy and rank them")
+    p = add_command(sub, "sweep", help="simulate every valid strategy and rank them", examples=[
+        ("clustersim sweep llama3_8b_fsdp --out runs/llama8b --workers 2",
+         "rank the strategies of a bundled example; rerun the same line to resume"),
+        ("clustersim report runs/llama8b --out runs/llama8b.html", "then render the report"),
+    ])
     p.add_argument("config", help="run config YAML (its strategy is the base; a `sweep:` "
                                   "section narrows or widens the space)")
     p.add_argument("--out", type=output_path, required=True, metavar="DIR",

@@ -5,12 +5,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from clustersim.analysis.cli.common import add_catalog_option, output_path, write_json
+from clustersim.analysis.cli.common import add_catalog_option, add_command, output_path, write_json
 from clustersim.analysis.validation.published import render_outcomes, summarize, validate_rows
 
 
 def register(sub) -> None:
-    p = sub.add_parser("validate", help="compare predictions with published runs")
+    p = add_command(sub, "validate", help="compare predictions with published runs", examples=[
+        ("clustersim validate --runs analysis/data/published_runs_dev.csv --json dev.json",
+         "replay the published runs of a table (in a clone of the repository) and print the "
+         "error of each, prediction over measurement"),
+    ])
     p.add_argument("--runs", required=True, metavar="FILE.csv", help="published-runs table")
     p.add_argument("--json", type=output_path, metavar="OUT", help="write rows and summary as JSON")
     add_catalog_option(p)

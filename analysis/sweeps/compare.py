@@ -17,7 +17,7 @@ import yaml
 
 from clustersim.hardware_specs import SpecError
 
-from clustersim.analysis.config import read_yaml
+from clustersim.analysis.config import config_path, read_yaml
 from clustersim.analysis.sweeps.costs import costs_from_mapping, cost_per_million_tokens, energy_per_token_j
 from clustersim.analysis.sweeps.exposure import exposure
 from clustersim.analysis.sweeps.ranking import ranking
@@ -64,7 +64,7 @@ def with_value(raw: Mapping, dotted: str, value) -> dict:
 def variants(paths: Sequence[str], vary: Sequence[tuple[str, list]]) -> list[tuple[str, dict, Path]]:
     """(name, YAML mapping, folder) of every config x every combination of ``vary``."""
     out = []
-    for path in map(Path, paths):
+    for path in map(config_path, paths):
         raw = dict(read_yaml(path))
         base = str(raw.get("name") or path.stem)
         for combo in itertools.product(*[[(k, v) for v in values] for k, values in vary]):

@@ -22,8 +22,15 @@ from clustersim.workloads.trace import CollectiveKind
 
 OPS = {"all_reduce": CollectiveKind.ALL_REDUCE, "all_gather": CollectiveKind.ALL_GATHER,
        "reduce_scatter": CollectiveKind.REDUCE_SCATTER, "alltoall": CollectiveKind.ALL_TO_ALL,
-       "all_to_all": CollectiveKind.ALL_TO_ALL, "broadcast": CollectiveKind.BROADCAST,
-       "sendrecv": None}
+       "broadcast": CollectiveKind.BROADCAST, "sendrecv": None}
+"""The operations by nccl-tests' names (``alltoall_perf``, ...); sendrecv is a ring of p2p."""
+OP_ALIASES = {"all_to_all": "alltoall"}
+"""Other spellings accepted for an operation (the trace's name for the all-to-all)."""
+
+
+def canonical_op(name: str) -> str:
+    """nccl-tests' name of an operation (``all_to_all`` -> ``alltoall``)."""
+    return OP_ALIASES.get(name, name)
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,7 @@ def measure(cluster: ClusterSpec, op: str, gpus: int, size: float,
 
     ``gpus_per_thread``: nccl-tests ``-g`` (one thread launching that many GPUs' kernels);
     1 for one process or thread per GPU (mpirun, ``-t``)."""
-    kind = OPS[op]
+    kind = OPS[canonical_op(op)]
     network = NetworkModel(cluster, {kind: algorithm} if algorithm and kind else None)
     devices = tuple(cluster.device_of(r) for r in range(gpus))
     if kind is None:   # sendrecv: rank i sends to i+1, in a ring, all at once
