@@ -143,7 +143,7 @@ class Fields:
         """Reject unknown keys up front (before a missing required one is reported)."""
         unknown = sorted(set(map(str, self.data)) - set(allowed))
         if unknown:
-            close = difflib.get_close_matches(unknown[0], list(allowed), n=1)
+            close = close_names(unknown[0], allowed, n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
             raise SpecError(self.at(unknown[0]), f"unknown field{hint} (expected one of: "
                             f"{', '.join(sorted(allowed))})")
@@ -155,6 +155,29 @@ class Fields:
         if unknown:
             known = ", ".join(sorted(self._read)) or "none"
             raise SpecError(self.at(unknown[0]), f"unknown field; expected one of: {known}")
+
+
+def close_names(name: str, choices, n: int = 3) -> list[str]:
+    """The choices a user probably meant by ``name``: the same name in other case or punctuation
+    alone (``H200`` -> ``h200``, ``llama-3-8b`` -> ``llama3-8b``), else the names it begins
+    (``H100`` -> ``h100-sxm``, ...) and difflib's close matches."""
+    def plain(text: str) -> str:
+        return "".join(c for c in str(text).lower() if c.isalnum())
+    key, names = plain(name), [str(c) for c in choices]
+    found = [c for c in names if plain(c) == key]
+    if found:
+        return found[:n]
+    found += [c for c in names if key and plain(c).startswith(key) and c not in found]
+    by_plain = {plain(c): c for c in names}
+    found += [by_plain[m] for m in difflib.get_close_matches(key, list(by_plain), n=n)
+              if by_plain[m] not in found]
+    return found[:n]
+
+
+def did_you_mean(name: str, choices) -> str:
+    """``"; did you mean a, b?"`` (or nothing) for an error message."""
+    close = close_names(name, choices)
+    return f"; did you mean {', '.join(close)}?" if close else ""
 
 
 def parse_enum(enum_type: type[E], value: object, field: str) -> E:

@@ -8,7 +8,6 @@ replaces the built-in one); within one directory a name may appear once.
 
 from __future__ import annotations
 
-import difflib
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -21,7 +20,7 @@ from clustersim.hardware_specs.domains import devices_per_domain
 from clustersim.hardware_specs.errors import SpecError
 from clustersim.hardware_specs.fabric import FabricSpec, read_fabric
 from clustersim.hardware_specs.failures import FailureModel, read_failure_model
-from clustersim.hardware_specs.fields import Fields
+from clustersim.hardware_specs.fields import Fields, did_you_mean
 from clustersim.hardware_specs.memory import MemoryTierSpec, read_tier
 from clustersim.hardware_specs.node import NodeSpec, read_node
 from clustersim.hardware_specs.textfile import load_yaml
@@ -59,8 +58,7 @@ class Catalog:
         entries = self.section(section)
         if name in entries:
             return entries[name]
-        close = difflib.get_close_matches(name, list(entries), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        hint = did_you_mean(name, entries)
         raise SpecError(field_path, f"unknown {section[:-1].replace('_', ' ')} {name!r}{hint} "
                         f"(`clustersim hardware list` shows them all)")
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from clustersim.hardware_specs import SpecError
 from clustersim.hardware_specs.errors import shown
+from clustersim.hardware_specs.fields import did_you_mean
 from clustersim.hardware_specs.textfile import load_json
 from clustersim.workloads.model import (
     PRESETS, LocalAttention, Mlp, Norm, Position, TransformerSpec, from_mapping,
@@ -397,7 +398,7 @@ def resolve(value: object, base_dir: Path | None = None, path: str = "model") ->
             if not candidate.exists():
                 raise SpecError(path, f"no such file: {candidate}")
             return from_hf_config(candidate)
-        raise SpecError(path, f"unknown preset {value!r}; expected one of "
-                        f"{', '.join(preset_names())}, an inline mapping, or a path to a "
-                        "Hugging Face config.json")
+        raise SpecError(path, f"unknown preset {value!r}{did_you_mean(value, preset_names())} "
+                        f"(expected one of {', '.join(preset_names())}, an inline mapping, or a "
+                        "path to a Hugging Face config.json)")
     raise SpecError(path, f"expected a preset name, a mapping or a path, got {value!r}")

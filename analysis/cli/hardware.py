@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import enum
 from collections.abc import Mapping
 
 from clustersim.hardware_specs import Catalog, SpecError
+from clustersim.hardware_specs.fields import did_you_mean
 from clustersim.hardware_specs.units import format_bytes, format_rate, format_time
 
 from clustersim.analysis.cli.common import add_catalog_option, add_command
@@ -80,9 +80,8 @@ def show(catalog: Catalog, name: str) -> tuple[str, dict]:
             texts.append("\n".join(lines))
         return "\n\n".join(texts), _plain(found[0][1])
     everything = sorted(n for s in SECTIONS for n in catalog.section(s))
-    close = difflib.get_close_matches(name, everything, n=3)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    raise SpecError("NAME", f"nothing called {name!r} in the catalog{hint}")
+    raise SpecError("NAME", f"nothing called {name!r} in the catalog"
+                            f"{did_you_mean(name, everything)}")
 
 
 def register(sub) -> None:

@@ -30,6 +30,8 @@ def register(sub) -> None:
 def run(args) -> int:
     try:
         files = build_report(args.run_dir, args.out)
+    except SpecError:
+        raise    # says itself what is wrong (a missing folder, a bad config inside it)
     except (ValueError, KeyError, TypeError, AttributeError, EOFError, gzip.BadGzipFile) as err:
         # A results file edited or cut short (JSON, CSV or the gzipped trace): say which folder.
         raise SpecError("RUN_DIR", f"{args.run_dir} holds a damaged results file "

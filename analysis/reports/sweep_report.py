@@ -117,6 +117,10 @@ def comparison_report(root: Path, out: Path) -> Document:
 def build_report(run_dir: str | Path, out: str | Path) -> list[Path]:
     """Write the report of a sweep (or compare) folder; returns the files written."""
     root, out = Path(run_dir), Path(out)
+    if not root.is_dir():
+        what = "is a file, not a folder" if root.exists() else "no such folder"
+        raise SpecError("RUN_DIR", f"{root}: {what} (give the folder that `clustersim sweep "
+                        "--out` or `clustersim compare --out` wrote)")
     if (root / COMPARE).exists() and not (root / CONFIG).exists():
         return write_document(comparison_report(root, out), out)
     config = folder_config(root)

@@ -77,6 +77,20 @@ def variants(paths: Sequence[str], vary: Sequence[tuple[str, list]]) -> list[tup
     return out
 
 
+def check_vary_keys(todo: Sequence[tuple[str, dict, Path]], keys: Sequence[str],
+                    catalog: Sequence[str]) -> None:
+    """A ``--vary`` key that names no config field is one error, before anything runs (not
+    one failed row per variant)."""
+    for _, raw, base_dir in todo:
+        try:
+            from_mapping(raw, base_dir, catalog)
+        except SpecError as err:
+            typo = next((k for k in keys if k == err.field or k.startswith(f"{err.field}.")), None)
+            if typo and err.message.startswith("unknown field"):
+                detail = err.message if err.field == typo else str(err)
+                raise SpecError("--vary", f"{typo}: {detail}") from None
+
+
 def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")
 
@@ -131,8 +145,11 @@ def compare(paths: Sequence[str], vary: Sequence[str] = (), *, sweep: bool = Fal
             dask_address: str | None = None, progress: bool | None = None) -> list[dict]:
     if sweep and out is None:
         raise SpecError("--out", "--sweep keeps each cluster's sweep in a folder: give --out DIR")
+    keys = parse_vary(vary)
+    todo = variants(paths, keys)
+    check_vary_keys(todo, [k for k, _ in keys], catalog)
     rows = []
-    for name, raw, base_dir in variants(paths, parse_vary(vary)):
+    for name, raw, base_dir in todo:
         sweep_dir = Path(out) / slug(name) if sweep else None
         rows.append(compare_one(name, raw, base_dir, catalog, sweep_dir, workers, dask_address,
                                 progress))
