@@ -27,9 +27,18 @@ class Axis(enum.Enum):
 
 
 EXPERT_DATA_GROUP = "edp"
-"""Ranks of a data x context-parallel group that hold the same experts (dp x cp / ep of them;
+"""Ranks of a pipeline stage that hold the same expert shard (tp x cp x dp / (ep x etp) of them;
 Megatron-Core's expert-data-parallel group): expert gradients are reduced, and ZeRO shards expert
 state, over them."""
+EXPERT_TENSOR_GROUP = "etp"
+"""Ranks that split each expert's FFN between them (Megatron-Core's expert-tensor-parallel
+group): they gather the tokens dispatched to them before the experts and reduce-scatter after."""
+CP_A2A_GROUP = "cp_a2a"
+"""Hierarchical context parallelism: consecutive ranks of a CP group that exchange heads by
+all-to-all (Megatron-Core's ``hierarchical_context_parallel_sizes[0]``)."""
+CP_RING_GROUP = "cp_ring"
+"""Hierarchical context parallelism: the ranks at the same place of every all-to-all domain of a
+CP group, which pass K/V blocks around a ring."""
 TIED_EMBEDDING_GROUP = "embedding"
 """The first and last pipeline stage of a pipeline, which both hold a tied embedding table and
 all-reduce its gradient (Megatron's embedding group)."""

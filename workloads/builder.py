@@ -15,7 +15,9 @@ ops. The stage walks its pipeline schedule and, for each layer, asks each parall
 from __future__ import annotations
 
 from clustersim.hardware_specs import SpecError
-from clustersim.workloads.axes import TIED_EMBEDDING_GROUP, Axis
+from clustersim.workloads.axes import (
+    CP_A2A_GROUP, CP_RING_GROUP, EXPERT_TENSOR_GROUP, TIED_EMBEDDING_GROUP, Axis,
+)
 from clustersim.workloads.job import Job
 from clustersim.workloads.layer_ops import LayerOps, LayerWork, Pass
 from clustersim.workloads.layout import ParallelLayout
@@ -193,6 +195,10 @@ def group_sets(layout: ParallelLayout, tied_pp_embedding: bool) -> dict[str, Gro
     names = [Axis.TP.value, Axis.CP.value, Axis.PP.value, Axis.DP.value]
     if layout.ep > 1:
         names.append(Axis.EP.value)
+        if (layout.etp or layout.tp) > 1:
+            names.append(EXPERT_TENSOR_GROUP)
+    if layout.cp_a2a > 1:
+        names += [CP_A2A_GROUP, CP_RING_GROUP]
     if tied_pp_embedding:
         names.append(TIED_EMBEDDING_GROUP)
     return {name: GroupSet(name, layout.partition(name)) for name in names}
@@ -203,7 +209,8 @@ def build_trace(job: Job) -> Trace:
     s, m = job.strategy, job.model
     if s.world_size < 1:
         raise SpecError("strategy", "empty world")
-    layout = ParallelLayout(tp=s.tp, cp=s.cp, dp=s.dp, pp=s.pp, ep=s.ep)
+    layout = ParallelLayout(tp=s.tp, cp=s.cp, dp=s.dp, pp=s.pp, ep=s.ep if m.is_moe else 1,
+                            etp=s.expert_tp, cp_a2a=s.cp_a2a or 1)
     programs = []
     per_stage = layout.world_size // s.pp
     for plan in stage_plans(m, s):

@@ -110,6 +110,11 @@ class LayerOps:
         """Tokens of one micro-batch on one device's sequence shard."""
         self.norm_tokens = self.tokens // (s.tp if s.sequence_parallel else 1)
         """Tokens element-wise work runs on (sequence parallelism splits them over TP)."""
+        self.expert_tokens = (self.norm_tokens * s.expert_tp
+                              if s.sequence_parallel or s.tp == 1 else self.tokens)
+        """Tokens whose routed copies the ranks splitting an expert (etp of them) compute:
+        each one's own sequence shard, gathered over the expert-TP group (etp = tp: the
+        TP group's tokens)."""
 
     # --- transformer layer -------------------------------------------------------------
     def _layer(self, layer: int | None) -> int:
@@ -188,9 +193,9 @@ class LayerOps:
         m, s, t = self.model, self.strategy, self.training
         e, T, gd = self.elem, self.tokens, self.gemm_dtype
         local_experts = m.num_experts // s.ep
-        load = expert_load(T, m.top_k, m.num_experts, s.ep, t.moe)
+        load = expert_load(self.expert_tokens, m.top_k, m.num_experts, s.ep, t.moe)
         rows = math.ceil(load.tokens_per_expert - 1e-9)
-        f = m.expert_ffn // s.tp
+        f = m.expert_ffn // s.expert_tp
         up_n = 2 * f if m.mlp is Mlp.SWIGLU else f
         routed = T * m.top_k * (1.0 - load.dropped_fraction)
         out = [_gemm("router", T, m.num_experts, m.hidden, e, self.dtype),

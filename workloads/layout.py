@@ -1,9 +1,12 @@
 """Rank <-> coordinates in the parallel grid, with a fixed axis order: TP innermost.
 
 Ranks are numbered ``rank = tp + TP * (cp + CP * (dp + DP * pp))``, as Megatron-LM orders them
-(tp-cp-dp-pp), so a TP group is consecutive ranks inside one node and PP is outermost. Expert
-parallelism lives inside the data x context-parallel group: its groups are consecutive blocks of
-``ep`` ranks there, and the ranks at the same place of every block hold the same experts.
+(tp-cp-dp-pp), so a TP group is consecutive ranks inside one node and PP is outermost. The expert
+layers number the same tp x cp x dp ranks of a pipeline stage their own way (Megatron-Core's
+parallel folding, its expert rank generator ``tp-ep-dp``): ``stage_rank = etp + ETP * (ep + EP *
+edp)``. With etp = tp (the default) an EP group is a block of ``ep`` consecutive ranks of one
+data x context-parallel group; with etp = 1 it is ``ep`` consecutive ranks of the stage, its
+attention TP peers included.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clustersim.workloads.axes import EXPERT_DATA_GROUP, TIED_EMBEDDING_GROUP, Axis
+from clustersim.workloads.axes import (
+    CP_A2A_GROUP, CP_RING_GROUP, EXPERT_DATA_GROUP, EXPERT_TENSOR_GROUP, TIED_EMBEDDING_GROUP, Axis,
+)
 
 AXIS_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 """The axes that number the ranks, innermost first (EP is carved out of DP x CP)."""
@@ -27,7 +32,11 @@ class ParallelLayout:
     dp: int = 1
     pp: int = 1
     ep: int = 1
-    """Expert-parallel degree; divides dp x cp."""
+    """Expert-parallel degree; ep x etp divides tp x cp x dp."""
+    etp: int = 0
+    """Expert-tensor-parallel degree; 0: tp."""
+    cp_a2a: int = 1
+    """Hierarchical context parallelism: ranks of each all-to-all domain of a CP group."""
 
     def size(self, axis: Axis) -> int:
         return getattr(self, axis.value)
@@ -69,19 +78,27 @@ class ParallelLayout:
 
     def partition(self, name: str) -> Groups:
         """Every group of one group set, named after its axis (``dp`` is the data x context
-        ranks that hold the same parameters), or ``EXPERT_DATA_GROUP`` /
-        ``TIED_EMBEDDING_GROUP`` (see ``workloads.axes``)."""
+        ranks that hold the same parameters), or another partition of ``workloads.axes``."""
         tp, cp, dp, pp = self.tp, self.cp, self.dp, self.pp
         grid = np.arange(self.world_size).reshape(pp, dp, cp, tp)
         replicas = grid.transpose(0, 3, 1, 2).reshape(-1, dp * cp)  # per (pp, tp) position
+        etp = self.etp or tp
+        edp = tp * cp * dp // (self.ep * etp)
+        # Expert numbering of each stage: (pp, edp, ep, etp), etp innermost.
+        experts = grid.reshape(pp, edp, self.ep, etp)
+        a2a = self.cp_a2a
+        cp_groups = grid.transpose(0, 1, 3, 2).reshape(-1, cp)
         arrays = {
             Axis.TP.value: lambda: grid.reshape(-1, tp),
-            Axis.CP.value: lambda: grid.transpose(0, 1, 3, 2).reshape(-1, cp),
+            Axis.CP.value: lambda: cp_groups,
             Axis.PP.value: lambda: grid.transpose(1, 2, 3, 0).reshape(-1, pp),
             Axis.DP.value: lambda: replicas,
-            Axis.EP.value: lambda: replicas.reshape(-1, self.ep),
-            EXPERT_DATA_GROUP: lambda: replicas.reshape(-1, dp * cp // self.ep, self.ep)
-            .transpose(0, 2, 1).reshape(-1, dp * cp // self.ep),
+            Axis.EP.value: lambda: experts.transpose(0, 3, 1, 2).reshape(-1, self.ep),
+            EXPERT_DATA_GROUP: lambda: experts.transpose(0, 3, 2, 1).reshape(-1, edp),
+            EXPERT_TENSOR_GROUP: lambda: experts.reshape(-1, etp),
+            CP_A2A_GROUP: lambda: cp_groups.reshape(-1, a2a),
+            CP_RING_GROUP: lambda: cp_groups.reshape(-1, cp // a2a, a2a).transpose(0, 2, 1)
+            .reshape(-1, cp // a2a),
             TIED_EMBEDDING_GROUP: lambda: grid[[0, pp - 1]].transpose(1, 2, 3, 0).reshape(-1, 2),
         }
         if name not in arrays:

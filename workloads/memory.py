@@ -138,7 +138,7 @@ def stage_params(model: TransformerSpec, strategy: Strategy, plan: StagePlan) ->
     dense = plan.layers * ((m.dense_layer_params - norms) / tp + norms)
     expert = 0.0
     if m.is_moe:
-        expert = plan.layers * m.expert_layer_params / (tp * strategy.ep)
+        expert = plan.layers * m.expert_layer_params / (strategy.expert_tp * strategy.ep)
     else:
         dense += plan.layers * m.expert_layer_params / tp
     if plan.has_embedding:
@@ -175,7 +175,7 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
     dense, expert = stage_params(model, st, plan)
     dp_shard = st.dp * st.cp
     dw, dg, do, doff = _state_bytes(dense, dp_shard, training, st)
-    ew, eg, eo, eoff = _state_bytes(expert, max(1, dp_shard // st.ep), training, st)
+    ew, eg, eo, eoff = _state_bytes(expert, max(1, st.expert_dp), training, st)
 
     e = training.precision.activation_bytes
     per_layer = layer_activation_bytes(model, training, st)

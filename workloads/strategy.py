@@ -26,6 +26,24 @@ class Schedule(enum.Enum):
     """1F1B over ``virtual_stages`` model chunks per device (Narayanan et al. SC'21 sec. 2.2.2)."""
 
 
+class CpAlgorithm(enum.Enum):
+    """How context-parallel ranks share the keys and values of attention."""
+
+    RING = "ring"
+    """K/V blocks passed around the CP ring, cp - 1 exchanges each hidden behind a piece of the
+    attention core (ring attention, Liu et al. 2023; Megatron-Core ``cp_comm_type: p2p``)."""
+    ALLGATHER = "allgather"
+    """K and V all-gathered before attention on the local queries, dK and dV reduce-scattered
+    in backward (Llama 3, arXiv 2407.21783 sec. 3.3.2; Megatron-Core ``all_gather``)."""
+    ULYSSES = "ulysses"
+    """All-to-all from sequence shards to head shards before attention and back after it
+    (DeepSpeed-Ulysses, arXiv 2309.14509; Megatron-Core ``a2a``): heads and KV heads must
+    divide by tp x cp."""
+    HIERARCHICAL = "hierarchical"
+    """All-to-all inside domains of ``cp_a2a`` ranks, a ring across them (Megatron-Core
+    ``a2a+p2p`` with ``hierarchical_context_parallel_sizes``)."""
+
+
 class Recompute(enum.Enum):
     NONE = "none"
     SELECTIVE = "selective"
@@ -87,9 +105,17 @@ class Strategy:
     tp: int = 1
     pp: int = 1
     cp: int = 1
-    """Context parallel: the sequence split across devices, attention as a ring (Liu et al. 2023)."""
+    """Context parallel: the sequence split across devices (see ``cp_algorithm``)."""
+    cp_algorithm: CpAlgorithm = CpAlgorithm.RING
+    cp_a2a: int = 0
+    """Hierarchical CP: ranks of each all-to-all domain (Megatron-Core's
+    ``hierarchical_context_parallel_sizes[0]``); cp / cp_a2a domains form the ring."""
     ep: int = 1
-    """Expert parallel: experts split across devices of the data-parallel group."""
+    """Expert parallel: a MoE layer's experts split across devices of a pipeline stage."""
+    etp: int = 0
+    """Expert tensor parallel: each expert's FFN split across this many devices; 0: ``tp``
+    (Megatron-Core's default). With etp != tp the expert groups fold over the stage's
+    tp x cp x dp devices apart from attention's (Megatron-Core's parallel folding)."""
     ep_dispatcher: Dispatcher = Dispatcher.ALLTOALL
     """How tokens reach their experts: NCCL all-to-all, or DeepEP's normal or low-latency
     kernels (Megatron-Core ``--moe-token-dispatcher-type alltoall`` or ``flex``)."""
@@ -125,6 +151,17 @@ class Strategy:
         return self.dp * self.tp * self.pp * self.cp
 
     @property
+    def expert_tp(self) -> int:
+        """Devices each expert's FFN is split across."""
+        return self.etp or self.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Devices of a pipeline stage that hold the same expert shard (Megatron-Core's
+        expert-data-parallel group): their expert gradients are reduced together."""
+        return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
+
+    @property
     def chunks(self) -> int:
         """Model chunks of the whole pipeline (stages x virtual stages)."""
         return self.pp * self.virtual_stages
@@ -139,8 +176,9 @@ class Strategy:
         return sum(1 for size in chunk_sizes for i in range(size) if self.recomputes(i))
 
     def to_dict(self) -> dict:
-        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep,
-                "ep_dispatcher": self.ep_dispatcher.value,
+        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp,
+                "cp_algorithm": self.cp_algorithm.value, "cp_a2a": self.cp_a2a,
+                "ep": self.ep, "etp": self.etp, "ep_dispatcher": self.ep_dispatcher.value,
                 "sequence_parallel": self.sequence_parallel, "schedule": self.schedule.value,
                 "virtual_stages": self.virtual_stages, "recompute": self.recompute.value,
                 "recompute_layers": self.recompute_layers, "zero": self.zero,
@@ -160,7 +198,10 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
         tp=f.integer("tp", 1, minimum=1),
         pp=f.integer("pp", 1, minimum=1),
         cp=f.integer("cp", 1, minimum=1),
+        cp_algorithm=f.choice("cp_algorithm", CpAlgorithm, CpAlgorithm.RING),
+        cp_a2a=f.integer("cp_a2a", 0, minimum=0),
         ep=f.integer("ep", 1, minimum=1),
+        etp=f.integer("etp", 0, minimum=0),
         ep_dispatcher=f.choice("ep_dispatcher", Dispatcher, Dispatcher.ALLTOALL),
         sequence_parallel=f.boolean("sequence_parallel", False),
         schedule=f.choice("schedule", Schedule, Schedule.ONE_F_ONE_B),
@@ -180,6 +221,46 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
     return spec
 
 
+def _check_context(s: Strategy, model: TransformerSpec, path: str) -> None:
+    """Context-parallel variants: Ulysses splits heads over tp x cp (hierarchical: over tp x
+    cp_a2a), so the query and KV heads must divide by that."""
+    algo = s.cp_algorithm
+    if algo is not CpAlgorithm.RING and s.cp == 1:
+        raise SpecError(f"{path}.cp_algorithm", f"{algo.value} needs cp > 1")
+    if s.cp_a2a and algo is not CpAlgorithm.HIERARCHICAL:
+        raise SpecError(f"{path}.cp_a2a", f"{s.cp_a2a} needs cp_algorithm: hierarchical")
+    if algo is CpAlgorithm.HIERARCHICAL and (s.cp_a2a < 2 or s.cp_a2a >= s.cp or s.cp % s.cp_a2a):
+        raise SpecError(f"{path}.cp_a2a", f"hierarchical context parallelism needs the size of its "
+                        f"all-to-all domains: a divisor of cp={s.cp} between 2 and cp/2, "
+                        f"got {s.cp_a2a}")
+    split = {CpAlgorithm.ULYSSES: s.cp, CpAlgorithm.HIERARCHICAL: s.cp_a2a}.get(algo)
+    if split is not None:
+        ways, name = s.tp * split, "cp" if algo is CpAlgorithm.ULYSSES else "cp_a2a"
+        for heads in ("heads", "kv_heads"):
+            if getattr(model, heads) % ways:
+                raise SpecError(f"{path}.cp_algorithm", f"{algo.value} splits attention heads over "
+                                f"tp*{name} = {s.tp}*{split} = {ways}, which does not divide "
+                                f"model.{heads}={getattr(model, heads)} (both heads and kv_heads "
+                                "must divide by it)")
+
+
+def _check_experts(s: Strategy, model: TransformerSpec, path: str) -> None:
+    if model.num_experts % s.ep:
+        raise SpecError(f"{path}.ep", f"{s.ep} does not divide model.num_experts={model.num_experts}")
+    etp = s.expert_tp
+    if model.expert_ffn % etp:
+        field = "etp" if s.etp else "tp"
+        raise SpecError(f"{path}.{field}", f"{etp} does not divide the experts' FFN width "
+                        f"{model.expert_ffn}")
+    stage = s.tp * s.cp * s.dp
+    if stage % (s.ep * etp):
+        raise SpecError(f"{path}.ep", f"ep*etp = {s.ep}*{etp} does not divide the devices of a "
+                        f"pipeline stage, tp*cp*dp = {s.tp}*{s.cp}*{s.dp} = {stage}")
+    if etp != s.tp and s.tp > 1 and not s.sequence_parallel:
+        raise SpecError(f"{path}.etp", f"{etp} differs from tp={s.tp}: experts then take each "
+                        "device's own tokens, which needs sequence_parallel: true")
+
+
 def micro_batches(training: TrainingSpec, strategy: Strategy) -> int:
     """Micro-batches each pipeline runs per step (gradient-accumulation steps)."""
     return training.global_batch // (training.micro_batch * strategy.dp)
@@ -196,7 +277,7 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
     if model.kv_heads % s.tp and s.tp % model.kv_heads:
         raise SpecError(f"{path}.tp", f"{s.tp} neither divides model.kv_heads={model.kv_heads} "
                         "nor is a multiple of it (to replicate KV heads)")
-    if model.ffn_hidden % s.tp or (model.is_moe and model.expert_ffn % s.tp):
+    if model.ffn_hidden % s.tp:
         raise SpecError(f"{path}.tp", f"{s.tp} does not divide model.ffn_hidden={model.ffn_hidden}")
     if world_size is not None and s.world_size != world_size:
         raise SpecError(f"{path}", f"dp*tp*pp*cp = {s.dp}*{s.tp}*{s.pp}*{s.cp} = {s.world_size} "
@@ -223,13 +304,12 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
     if training.global_batch % per_step:
         raise SpecError("training.global_batch", f"{training.global_batch} is not divisible by "
                         f"micro_batch*dp = {training.micro_batch}*{s.dp} = {per_step}")
+    _check_context(s, model, path)
     if model.is_moe:
-        if model.num_experts % s.ep:
-            raise SpecError(f"{path}.ep", f"{s.ep} does not divide model.num_experts={model.num_experts}")
-        if (s.dp * s.cp) % s.ep:
-            raise SpecError(f"{path}.ep", f"{s.ep} does not divide dp*cp = {s.dp * s.cp}")
-    elif s.ep != 1:
-        raise SpecError(f"{path}.ep", f"{s.ep} needs a mixture-of-experts model "
+        _check_experts(s, model, path)
+    elif s.ep != 1 or s.etp:
+        field = "ep" if s.ep != 1 else "etp"
+        raise SpecError(f"{path}.{field}", f"{getattr(s, field)} needs a mixture-of-experts model "
                         "(model.num_experts > 1)")
     if s.ep_dispatcher is not Dispatcher.ALLTOALL and s.ep == 1:
         raise SpecError(f"{path}.ep_dispatcher", f"{s.ep_dispatcher.value} dispatches tokens "

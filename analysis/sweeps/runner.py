@@ -21,7 +21,7 @@ from clustersim.simulator import SimulationOptions, simulate
 from clustersim.simulator.result import AXES
 from clustersim.workloads import Job
 from clustersim.workloads.builder import build_trace
-from clustersim.workloads.strategy import Offload, Recompute, Schedule
+from clustersim.workloads.strategy import CpAlgorithm, Offload, Recompute, Schedule
 
 from clustersim.analysis.chrome_trace import chrome_trace
 from clustersim.analysis.limits import layer_passes
@@ -35,8 +35,8 @@ from clustersim.analysis.step import StepReport, simulation_options
 
 BEST = "best.json"
 BEST_TRACE = "best_trace.json.gz"
-STRATEGY_COLUMNS = ("tp", "pp", "dp", "cp", "micro_batch", "schedule", "virtual_stages",
-                    "sequence_parallel", "recompute", "zero", "offload")
+STRATEGY_COLUMNS = ("tp", "pp", "dp", "cp", "cp_algorithm", "cp_a2a", "micro_batch", "schedule",
+                    "virtual_stages", "sequence_parallel", "recompute", "zero", "offload")
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,7 @@ def _absolute_catalogs(raw: Mapping, base_dir: Path | None) -> Mapping:
 def strategy_columns(job: Job) -> dict:
     s = job.strategy
     return {"tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp,
+            "cp_algorithm": s.cp_algorithm.value, "cp_a2a": s.cp_a2a,
             "micro_batch": job.training.micro_batch, "schedule": s.schedule.value,
             "virtual_stages": s.virtual_stages, "sequence_parallel": s.sequence_parallel,
             "recompute": s.recompute.value, "zero": s.zero, "offload": s.offload.value}
@@ -209,7 +210,9 @@ def job_of_row(config: RunConfig, row: Mapping) -> Job:
     """The job a stored point (or candidate) row describes."""
     s = config.job.strategy
     strategy = replace(s, tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]),
-                       cp=int(row["cp"]), schedule=Schedule(row["schedule"]),
+                       cp=int(row["cp"]),
+                       cp_algorithm=CpAlgorithm(row.get("cp_algorithm") or "ring"),
+                       cp_a2a=int(row.get("cp_a2a") or 0), schedule=Schedule(row["schedule"]),
                        virtual_stages=int(row["virtual_stages"]),
                        sequence_parallel=str(row["sequence_parallel"]) == "True",
                        recompute=Recompute(row["recompute"]), zero=int(row["zero"]),

@@ -12,6 +12,9 @@ Default axes (change any of them in the config's ``sweep:`` section):
 - ``cp`` and ``micro_batch``: the config's own values (context parallelism is for long
   sequences and its ring steps make a simulation many times longer; the micro-batch is a batch
   setting): list values to explore them, e.g. ``sweep: {cp: [1, 2, 4], micro_batch: [1, 2]}``;
+- ``cp_algorithm``: with cp > 1, ring, all-gather, Ulysses, and hierarchical with each
+  all-to-all domain size ``cp_a2a`` that divides cp (2 to cp/2); Ulysses and hierarchical
+  only where the heads divide (``check_strategy`` says why not);
 - ``schedule``: ``1f1b``, and ``interleaved`` with each of ``virtual_stages`` (default 2);
 - ``recompute``: none, selective, full; ``zero``: 0-3; ``offload``: none, optimizer, params;
 - ``sequence_parallel``: on whenever tp > 1 (it splits norms and dropout over TP for the same
@@ -37,7 +40,7 @@ from clustersim.hardware_specs import SpecError
 from clustersim.hardware_specs.fields import Fields, parse_enum
 from clustersim.workloads import Job
 from clustersim.workloads.memory import StageMemory
-from clustersim.workloads.strategy import Offload, Recompute, Schedule, Strategy
+from clustersim.workloads.strategy import CpAlgorithm, Offload, Recompute, Schedule, Strategy
 
 GIB = 2.0**30
 
@@ -61,6 +64,8 @@ class SweepSpace:
     pp: tuple[int, ...] = ()
     cp: tuple[int, ...] = ()
     micro_batch: tuple[int, ...] = ()
+    cp_algorithm: tuple[CpAlgorithm, ...] = tuple(CpAlgorithm)
+    """Context-parallel variants tried when cp > 1 (cp = 1 has none)."""
     schedule: tuple[Schedule, ...] = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
     virtual_stages: tuple[int, ...] = (2,)
     """Model chunks per stage tried with the interleaved schedule."""
@@ -75,7 +80,8 @@ class SweepSpace:
         def plain(values):
             return [v.value if isinstance(v, enum.Enum) else v for v in values]
         return {"tp": list(self.tp), "pp": list(self.pp), "cp": list(self.cp),
-                "micro_batch": list(self.micro_batch), "schedule": plain(self.schedule),
+                "micro_batch": list(self.micro_batch),
+                "cp_algorithm": plain(self.cp_algorithm), "schedule": plain(self.schedule),
                 "virtual_stages": list(self.virtual_stages), "recompute": plain(self.recompute),
                 "zero": list(self.zero), "offload": plain(self.offload),
                 "sequence_parallel": list(self.sequence_parallel),
@@ -115,7 +121,8 @@ def space_from_mapping(data: Mapping | None, path: str = "sweep") -> SweepSpace:
             raise SpecError(f.at("sequence_parallel"), "expected at least one value")
     space = SweepSpace(
         tp=integers("tp"), pp=integers("pp"), cp=integers("cp"),
-        micro_batch=integers("micro_batch"), schedule=choices("schedule", Schedule),
+        micro_batch=integers("micro_batch"), cp_algorithm=choices("cp_algorithm", CpAlgorithm),
+        schedule=choices("schedule", Schedule),
         virtual_stages=integers("virtual_stages"), recompute=choices("recompute", Recompute),
         zero=integers("zero"), offload=choices("offload", Offload), sequence_parallel=sp,
         prune_dominated=f.boolean("prune_dominated", True))
@@ -147,9 +154,31 @@ def strategy_key(job: Job) -> str:
     """A short unique name, e.g. ``tp8-pp2-dp4-cp1-mb1-1f1b-sp-selective-z1-none``."""
     s = job.strategy
     schedule = s.schedule.value + (f"x{s.virtual_stages}" if s.virtual_stages > 1 else "")
-    return (f"tp{s.tp}-pp{s.pp}-dp{s.dp}-cp{s.cp}-mb{job.training.micro_batch}-{schedule}"
+    return (f"tp{s.tp}-pp{s.pp}-dp{s.dp}-cp{s.cp}{context_suffix(s)}-mb{job.training.micro_batch}"
+            f"-{schedule}"
             f"-{'sp' if s.sequence_parallel else 'nosp'}-{s.recompute.value}"
             f"{f'{s.recompute_layers}' if s.recompute_layers else ''}-z{s.zero}-{s.offload.value}")
+
+
+def context_suffix(s: Strategy) -> str:
+    """The context-parallel variant in a key: nothing for the ring, e.g. ``ulysses`` or
+    ``hierarchical2`` (its all-to-all domain size) otherwise."""
+    if s.cp_algorithm is CpAlgorithm.RING:
+        return ""
+    return s.cp_algorithm.value + (str(s.cp_a2a) if s.cp_a2a else "")
+
+
+def context_variants(cp: int, space: SweepSpace) -> list[tuple[CpAlgorithm, int]]:
+    """(algorithm, all-to-all domain size) pairs tried for ``cp``."""
+    if cp == 1:
+        return [(CpAlgorithm.RING, 0)]
+    out = []
+    for algorithm in space.cp_algorithm:
+        if algorithm is CpAlgorithm.HIERARCHICAL:
+            out += [(algorithm, d) for d in divisors(cp) if 2 <= d <= cp // 2]
+        else:
+            out.append((algorithm, 0))
+    return out
 
 
 def divisors(n: int) -> tuple[int, ...]:
@@ -187,11 +216,13 @@ def layouts(base: Job, world: int, space: SweepSpace) -> Iterator[Job]:
         if world % (tp * pp * cp):
             continue
         dp = world // (tp * pp * cp)
-        for mb, (schedule, v), sp in itertools.product(
+        for mb, (schedule, v), sp, (algorithm, a2a) in itertools.product(
                 micro_batches, _schedules(space),
-                sorted(set(space.sequence_parallel) if tp > 1 else {False})):
+                sorted(set(space.sequence_parallel) if tp > 1 else {False}),
+                context_variants(cp, space)):
             for rc, zero, offload in itertools.product(space.recompute, space.zero, space.offload):
                 strategy = replace(base.strategy, tp=tp, pp=pp, dp=dp, cp=cp,
+                                   cp_algorithm=algorithm, cp_a2a=a2a,
                                    sequence_parallel=sp, schedule=schedule, virtual_stages=v,
                                    recompute=rc, zero=zero, offload=offload, layers_per_stage=(),
                                    recompute_layers=block_layers(base.strategy, rc),
@@ -213,8 +244,8 @@ def no_more_work(a: Strategy, b: Strategy) -> bool:
 
 def _layout_key(job: Job) -> tuple:
     s = job.strategy
-    return (s.tp, s.pp, s.dp, s.cp, job.training.micro_batch, s.schedule, s.virtual_stages,
-            s.sequence_parallel)
+    return (s.tp, s.pp, s.dp, s.cp, s.cp_algorithm, s.cp_a2a, job.training.micro_batch,
+            s.schedule, s.virtual_stages, s.sequence_parallel)
 
 
 def enumerate_space(base: Job, world: int, capacity_bytes: float,

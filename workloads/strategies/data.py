@@ -191,7 +191,7 @@ class DataParallel:
                                     group=TIED_EMBEDDING_GROUP),)
         dense, expert = stage_params(m, s, plan)
         shard = self.replicas if s.zero >= 1 else 1
-        local = dense / shard + expert / max(1, (self.replicas // s.ep) if s.zero >= 1 else 1)
+        local = dense / shard + expert / max(1, s.expert_dp if s.zero >= 1 else 1)
         adam = stage.kernels.optimizer_step(local)
         if s.offload is Offload.NONE:
             step = ops.compute("optimizer_step", Phase.OPTIMIZER, adam, deps)

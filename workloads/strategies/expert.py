@@ -1,10 +1,13 @@
-"""Expert parallelism: a MoE layer's experts split over ``ep`` ranks of the data x
-context-parallel group. Each rank routes its own tokens (its sequence shard under sequence
-parallelism), sends every token's hidden state to the ranks of its top-k experts (all-to-all
-dispatch), runs its local experts, and sends the results back (all-to-all combine), as
-GShard (Lepikhin et al. 2020) and Megatron-Core's ``MoEAlltoAllTokenDispatcher`` do; the
-collectives carry their routing, which DeepEP's dispatchers cost differently
-(``workloads/dispatch.py``). The router, permute and shared experts run before the dispatch,
+"""Expert parallelism: a MoE layer's experts split over ``ep`` ranks of a pipeline stage, each
+expert's FFN over ``etp`` ranks (``workloads/layout.py`` numbers them: Megatron-Core's parallel
+folding). Each rank routes its own tokens (its sequence shard under sequence parallelism), sends
+every token's hidden state to the ranks of its top-k experts (all-to-all dispatch), runs its
+local experts, and sends the results back (all-to-all combine), as GShard (Lepikhin et al. 2020)
+and Megatron-Core's ``MoEAlltoAllTokenDispatcher`` do; with etp > 1 the ranks that split an
+expert all-gather what was dispatched to them first and reduce-scatter the experts' output before
+the combine (the dispatcher's ``gather_from_sequence_parallel_region`` and
+``reduce_scatter_to_sequence_parallel_region`` over the expert-TP group). The all-to-alls carry
+their routing, which DeepEP's dispatchers cost differently (``workloads/dispatch.py``). The router, permute and shared experts run before the dispatch,
 the unpermute and the residual after the combine (in backward the other way round); a capacity
 factor shrinks (or pads) what is sent (``workloads/routing.py``). Dense layers of a mixture of
 experts (DeepSeek-V3's first three, Llama 4's interleaved ones) are plain tensor-parallel MLPs.
@@ -12,7 +15,7 @@ experts (DeepSeek-V3's first three, Llama 4's interleaved ones) are plain tensor
 
 from __future__ import annotations
 
-from clustersim.workloads.axes import Axis
+from clustersim.workloads.axes import EXPERT_TENSOR_GROUP, Axis
 from clustersim.workloads.dispatch import TokenRouting
 from clustersim.workloads.layer_ops import Kernel
 from clustersim.workloads.routing import expert_load
@@ -60,7 +63,7 @@ class ExpertParallel:
         its tokens (its sequence shard under sequence parallelism) to its top-k experts, less
         what a capacity drops (or padded up to the capacity)."""
         m, s, job = self.stage.model, self.stage.strategy, self.stage.job
-        load = expert_load(self.stage.kernels.tokens, m.top_k, m.num_experts, s.ep,
+        load = expert_load(self.stage.kernels.expert_tokens, m.top_k, m.num_experts, s.ep,
                            job.training.moe)
         return TokenRouting(dispatcher=s.ep_dispatcher,
                             tokens=self.stage.kernels.norm_tokens * load.sent_per_token / m.top_k,
@@ -84,7 +87,17 @@ class ExpertParallel:
                              parts.get(first, ()), deps)
         dispatch = ops.collective(f"{name}.ep_dispatch", CollectiveKind.ALL_TO_ALL,
                                   routing.payload_bytes, Axis.EP, (router,), routing=routing)
+        etp = self.stage.strategy.expert_tp
+        # What this rank received (as many tokens as it dispatched, balanced), gathered from
+        # the ranks that split its experts, and their output scattered back.
+        shared = routing.payload_bytes * etp
+        if etp > 1:
+            dispatch = ops.collective(f"{name}.etp_all_gather", CollectiveKind.ALL_GATHER, shared,
+                                      Axis.EP, (dispatch,), group=EXPERT_TENSOR_GROUP)
         mid = ops.compute(f"{name}.experts", phase, parts["experts"], (dispatch,))
+        if etp > 1:
+            mid = ops.collective(f"{name}.etp_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
+                                 shared, Axis.EP, (mid,), group=EXPERT_TENSOR_GROUP)
         combine = ops.collective(f"{name}.ep_combine", CollectiveKind.ALL_TO_ALL,
                                  routing.payload_bytes, Axis.EP, (mid,), routing=routing)
         tail = parts.get("shared", ()) + parts.get(last, ())
