@@ -183,3 +183,20 @@ def test_moe_and_mla_activations_per_layer_kind():
     assert moe - dense == pytest.approx(4096 * per_token, rel=1e-12)
     # MLA: values and attention output are 128 wide per head, queries and keys 192.
     assert m.v_dim == m.attn_out_dim == 128 * 128 and m.q_dim == m.kv_dim == 128 * 192
+
+
+def test_grouped_gemm_efficiency_falls_with_tokens_per_expert(catalog):
+    # The grouped expert GEMM tiles each expert's rows (NVIDIA's Matrix Multiplication
+    # Background guide: tile and wave quantization), so fewer tokens per expert waste more of
+    # each tile: Qwen3-30B-A3B at EP8 with 4,096 tokens per device (about 2,090 rows per
+    # expert) against 128 tokens (about 75 rows).
+    from clustersim.simulator.cost.compute import ComputeModel
+    compute = ComputeModel(catalog.device("h100-sxm"))
+    m = resolve("qwen3-30b-a3b")
+
+    def fc1(seq):
+        ops = LayerOps(m, TrainingSpec(seq_len=seq, global_batch=8), Strategy(dp=8, ep=8))
+        return next(k for k in ops.forward().mlp if k.name == "expert_fc1")
+    long, short = fc1(4096), fc1(128)
+    assert short.m < 100 < 2000 < long.m
+    assert compute.efficiency(short) < 0.8 * compute.efficiency(long)
