@@ -16,10 +16,12 @@ ALLOWED = {
     "failures": {"base", "failures"},
     "validation": {"base", "validation"},
     "calibration": {"base", "calibration"},
+    "traces": {"base", "traces", "calibration"},
     "reports": {"base", "reports", "sweeps"},
     "__init__": {"api"},
     "api": {"base", "sweeps", "api"},
-    "cli": {"base", "sweeps", "failures", "validation", "calibration", "reports", "cli"},
+    "cli": {"base", "sweeps", "failures", "validation", "calibration", "reports", "traces",
+            "cli"},
 }
 """Which parts of ``analysis`` each part may import."""
 

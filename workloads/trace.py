@@ -92,6 +92,10 @@ class ComputeOp:
     kernels: tuple[Kernel, ...]
     deps: tuple[int, ...] = ()
     stream: Stream = Stream.COMPUTE
+    measured_s: float | None = None
+    """Seconds the op took on the device that recorded it (an imported profile); the simulator
+    re-times it for the target device (``simulator/cost/retimed.py``). None: timed from its
+    kernels."""
 
     @property
     def flops(self) -> float:

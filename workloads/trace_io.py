@@ -31,11 +31,14 @@ def _kernel_dict(k: Kernel) -> dict:
             "m": k.m, "n": k.n, "k": k.k, "batch": k.batch, "dtype": k.dtype.value}
 
 
-def _op_dict(op: Op) -> dict:
+def op_to_dict(op: Op) -> dict:
+    """One op as JSON (also what the Chakra export keeps of fields Chakra has no place for)."""
     out: dict[str, Any] = {"type": _TYPE[type(op)], "id": op.id, "name": op.name,
                            "stream": op.stream.value, "deps": list(op.deps)}
     if isinstance(op, ComputeOp):
         out.update(phase=op.phase.value, kernels=[_kernel_dict(k) for k in op.kernels])
+        if op.measured_s is not None:
+            out["measured_s"] = op.measured_s
     elif isinstance(op, CollectiveOp):
         out.update(kind=op.kind.value, bytes=op.bytes, group=op.group,
                    per_rank_copies=op.per_rank_copies)
@@ -62,7 +65,7 @@ def trace_to_dict(trace: Trace) -> dict:
         "programs": [{"name": p.name, "ranks": list(p.ranks),
                       "static_memory_bytes": p.static_memory_bytes,
                       "peak_memory_bytes": p.peak_memory_bytes,
-                      "ops": [_op_dict(op) for op in p.ops]} for p in trace.programs],
+                      "ops": [op_to_dict(op) for op in p.ops]} for p in trace.programs],
     }
 
 
@@ -81,12 +84,15 @@ def _routing(d: dict | None) -> TokenRouting | None:
                         groups_per_token=int(d.get("groups_per_token", 1)))
 
 
-def _op(d: dict) -> Op:
+def op_from_dict(d: dict) -> Op:
+    """The inverse of :func:`op_to_dict`."""
     common = dict(id=int(d["id"]), name=str(d["name"]), deps=tuple(int(x) for x in d.get("deps", [])))
     kind = d["type"]
     if kind == "compute":
         return ComputeOp(phase=Phase(d["phase"]), kernels=tuple(_kernel(k) for k in d["kernels"]),
-                         stream=Stream(d.get("stream", "compute")), **common)
+                         stream=Stream(d.get("stream", "compute")),
+                         measured_s=None if d.get("measured_s") is None else float(d["measured_s"]),
+                         **common)
     if kind == "collective":
         return CollectiveOp(kind=CollectiveKind(d["kind"]), bytes=float(d["bytes"]),
                             group=str(d["group"]), stream=Stream(d["stream"]),
@@ -110,7 +116,7 @@ def trace_from_dict(data: dict) -> Trace:
         trace = Trace(
             world_size=int(data["world_size"]),
             programs=tuple(Program(p["name"], tuple(int(r) for r in p["ranks"]),
-                                   tuple(_op(o) for o in p["ops"]),
+                                   tuple(op_from_dict(o) for o in p["ops"]),
                                    float(p.get("static_memory_bytes", 0.0)),
                                    float(p.get("peak_memory_bytes", 0.0)))
                            for p in data["programs"]),

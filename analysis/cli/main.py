@@ -11,10 +11,11 @@ from clustersim import __version__
 from clustersim.hardware_specs import SpecError
 
 from clustersim.analysis.cli import (
-    calibrate, collective, compare, failures, hardware, report, simulate, sweep, validate,
+    calibrate, collective, compare, failures, hardware, report, simulate, sweep, trace, validate,
 )
 
-COMMANDS = (simulate, sweep, compare, failures, report, collective, hardware, validate, calibrate)
+COMMANDS = (simulate, sweep, compare, failures, report, collective, hardware, validate, calibrate,
+            trace)
 """Command modules, in the order ``--help`` lists them."""
 
 

@@ -49,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
     from clustersim.analysis.step import run_step
     from clustersim.analysis.reports.summary import summary
 
+    from clustersim.analysis.cli.trace import simulate_trace_workload
+    if simulate_trace_workload(args):    # the config's workload is a recorded trace
+        return 0
     config = load_config(args.config or DEFAULT_EXAMPLE, args.catalog)
     check_other_sections(config)
     report = run_step(config, limit=not args.no_limit)

@@ -106,10 +106,15 @@ class ComputeModel:
         return LAUNCH_GAP_S + max(compute, k.bytes / self.bandwidth)
 
     def op_time(self, op: ComputeOp) -> float:
-        """Sum of the op's kernel times (memoised per kernel tuple: layers share theirs)."""
-        hit = self._times.get(id(op.kernels))
-        if hit is not None and hit[0] is op.kernels:
+        """A recorded op's measured time (``cost/retimed.py`` moves it to another device), or
+        the sum of its kernel times."""
+        return op.measured_s if op.measured_s is not None else self.kernels_time(op.kernels)
+
+    def kernels_time(self, kernels: tuple[Kernel, ...]) -> float:
+        """Sum of the kernels' times (memoised per kernel tuple: layers share theirs)."""
+        hit = self._times.get(id(kernels))
+        if hit is not None and hit[0] is kernels:
             return hit[1]
-        t = sum(self.kernel_time(k) for k in op.kernels)
-        self._times[id(op.kernels)] = (op.kernels, t)
+        t = sum(self.kernel_time(k) for k in kernels)
+        self._times[id(kernels)] = (kernels, t)
         return t
