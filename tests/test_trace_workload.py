@@ -13,7 +13,7 @@ import pytest
 from clustersim.analysis.calibration.compare import time_shared
 from clustersim.analysis.cli import main
 from clustersim.analysis.config import read_yaml
-from clustersim.analysis.trace_workload import simulate_trace_config, trace_config_from_mapping
+from clustersim.analysis.traces.workload import simulate_trace_config, trace_config_from_mapping
 from clustersim.hardware_specs import SpecError
 from clustersim.simulator.cost.compute import ComputeModel
 from clustersim.simulator.cost.retimed import RetimedCompute

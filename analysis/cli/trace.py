@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from clustersim.analysis.cli.common import (
