@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from clustersim.analysis.cli import main
-from clustersim.hardware_specs import OpClass, SpecError
+from clustersim.hardware_specs import OpClass, SpecError, load_catalog
+from clustersim.simulator.cost.compute import ComputeModel
+from clustersim.simulator.cost.retimed import RetimedCompute
 from clustersim.workloads.trace import CollectiveKind, CollectiveOp, ComputeOp, RecvOp, SendOp
 from clustersim.workloads.trace_import import import_files
 from clustersim.workloads.trace_import.op_work import kernel_of
@@ -122,7 +124,7 @@ def test_gpu_trace_streams_nccl_and_memcpy(tmp_path):
                                                "In msg nelems": 1024, "Out msg nelems": 1024,
                                                "dtype": "BFloat16", "Process Group Ranks": "[0]"}),
           _op("cudaLaunchKernel", 32, 3, cat="cuda_runtime", correlation=11),
-          _op("sm90_gemm", 10, 40, cat="kernel", stream=7, correlation=10),
+          _op("sm90_gemm", 10, 40, cat="kernel", stream=7, correlation=10, **{"External id": 1}),
           _op("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 50, 30, cat="kernel", stream=20,
               correlation=11),
           _op("Memcpy HtoD (Pageable -> Device)", 90, 5, cat="gpu_memcpy", bytes=4096),
@@ -133,4 +135,12 @@ def test_gpu_trace_streams_nccl_and_memcpy(tmp_path):
     assert kinds.count("CollectiveOp") == 1 and "CopyOp" in kinds
     coll = next(o for o in trace.programs[0].ops if isinstance(o, CollectiveOp))
     assert coll.bytes == 2048
+    gemm = trace.programs[0].ops[0]
+    assert gemm.kernels[0].flops == 2 * 64 ** 3 and gemm.measured_s == pytest.approx(40e-6)
     assert trace.meta["source"]["device"] == "NVIDIA H100 80GB HBM3"
+    # Re-timed for an A100: slower by the ratio of the two devices' modelled GEMM times.
+    catalog = load_catalog()
+    h100, a100 = (ComputeModel(catalog.device(n)) for n in ("h100-sxm", "a100-80gb"))
+    ratio = a100.kernels_time(gemm.kernels) / h100.kernels_time(gemm.kernels)
+    assert RetimedCompute(a100, h100).op_time(gemm) == pytest.approx(gemm.measured_s * ratio)
+    assert ratio > 1.2

@@ -10,8 +10,9 @@ size and every process group's ranks.
 How it becomes a recording:
 - CPU-only trace: the compute stream is the host thread that spends the most time in operators;
   each top-level operator of it is one measured op, its kernels the work of the operators inside.
-- GPU trace: the compute stream is the stream with the most kernel time; each of its kernels is
-  one measured op; memcpys host<->device are copies; other streams' compute kernels join it.
+- GPU trace: every compute kernel, of whatever stream, is one measured op on the compute stream
+  in start order (concurrent compute streams serialise), its work that of the operator that
+  launched it (``External id``); memcpys host<->device are copies.
 - Collectives: ``record_param_comms`` (``Collective name``, ``In msg nelems``, ``Out msg
   nelems``, ``dtype``, ``Process Group Ranks``, as NCCL's process group records them) or, where
   the backend records none (gloo), the ``c10d::*`` operator with its input shapes and the
@@ -299,10 +300,8 @@ class KinetoRank:
         launches = {_args(e).get("correlation"): e for e in self.events.of("cuda_runtime")}
         comm_ops = sorted(self._comm_events(ops), key=_start)
         starts = [_start(c) for c in comm_ops]
-        by_stream: dict = defaultdict(float)
-        for k in kernels:
-            if not k["name"].startswith("nccl"):
-                by_stream[_args(k).get("stream", k.get("tid"))] += float(k.get("dur", 0.0))
+        launched_by = {_args(e).get("External id"): e for e in self.events.of("cpu_op")
+                       if _args(e).get("External id") is not None}
         spans = self._optimizer_spans()
         items: list[Item] = []
         for k in kernels:
@@ -326,7 +325,8 @@ class KinetoRank:
                     items.append(_replace_start(item, _start(k) * US))
                 continue
             items.append(ComputeItem(name=k["name"], start_s=_start(k) * US, end_s=_end(k) * US,
-                                     kernels=(), phase=Phase.OPTIMIZER if any(
+                                     kernels=_launcher_work(launched_by.get(a.get("External id"))),
+                                     phase=Phase.OPTIMIZER if any(
                                          x <= _start(k) < y for x, y in spans) else Phase.FORWARD))
         for m in self.events.of(("gpu_memcpy", "gpu_memset")):
             a = _args(m)
@@ -341,6 +341,16 @@ class KinetoRank:
                                          end_s=_end(m) * US))
         items.sort(key=lambda i: (i.start_s, isinstance(i, ComputeItem)))
         return items
+
+
+def _launcher_work(op: Mapping | None) -> tuple:
+    """The work of the operator that launched a kernel, from its recorded shapes."""
+    if op is None:
+        return ()
+    a = _args(op)
+    k = kernel_of(op["name"], a.get("Input Dims", []), a.get("Input type", []),
+                  a.get("Concrete Inputs", []))
+    return () if k is None else (k,)
 
 
 def _replace_start(item: Item, start_s: float) -> Item:
