@@ -144,3 +144,20 @@ def test_gpu_trace_streams_nccl_and_memcpy(tmp_path):
     ratio = a100.kernels_time(gemm.kernels) / h100.kernels_time(gemm.kernels)
     assert RetimedCompute(a100, h100).op_time(gemm) == pytest.approx(gemm.measured_s * ratio)
     assert ratio > 1.2
+
+
+@pytest.mark.parametrize("damage, code", [
+    (lambda d: d["distributedInfo"].update(rank="zero"), 2),
+    (lambda d: d.update(traceEvents={"a": 1}), 2),
+    (lambda d: d["traceEvents"][0].update(ts="soon"), 2),
+    # Unreadable shapes leave the op without kernels; a stray value is skipped.
+    (lambda d: d["traceEvents"][0]["args"].update({"Input Dims": "512x256"}), 0),
+    (lambda d: d["traceEvents"].append("not an event"), 0),
+])
+def test_damaged_fields_are_one_line_errors(damage, code, tmp_path, capsys):
+    data = step(0, world=1, allreduces=0)
+    damage(data)
+    path = write(tmp_path, "rank0.json", data)
+    assert main(["trace", "import", str(path), "--out", str(tmp_path / "t.json")]) == code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and (code == 0 or "rank0.json" in err)

@@ -101,3 +101,19 @@ def test_config_errors_name_the_field(tmp_path):
                                                         "recorded_on": "nope"}}, RECORDED)
     with pytest.raises(SpecError, match="model.*or workload.trace"):
         trace_config_from_mapping({**data, "model": "gpt3"}, RECORDED)
+
+
+def test_recorded_pipeline_pairs_its_sends_and_replays_its_traced_step():
+    """pp2 (1F1B, gloo isend/irecv): 4 activations forward and 4 gradients back, each send
+    matched by its receive; the replay within 10% of the traced step (the untraced steps of
+    that run were faster: see analysis/data/traces/README.md)."""
+    from clustersim.workloads.trace import RecvOp, SendOp
+    trace = import_files([RECORDED / "pp2"]).trace
+    for prog in trace.programs:
+        sends = [o for o in prog.ops if isinstance(o, SendOp)]
+        recvs = [o for o in prog.ops if isinstance(o, RecvOp)]
+        assert len(sends) == len(recvs) == 4
+        assert {o.bytes for o in sends + recvs} == {4 * 128 * 256 * 4}   # micro-batch x s x h x fp32
+    measured = _measured("pp2")
+    traced = measured["traced_steps_s"][measured["traced_step_kept"]]
+    assert _simulated("pp2") == pytest.approx(traced, rel=0.10)

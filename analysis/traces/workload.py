@@ -150,7 +150,13 @@ def simulate_trace_config(config: TraceRunConfig) -> StepResult:
             if isinstance(scaled, Mapping) else config.trace.world_size
         source = ComputeModel(_shared_device(device, recorded, config.host_cores))
     compute = RetimedCompute(ComputeModel(cluster.device), source)
-    return StepSimulation(config.trace, cluster, options, compute=compute).run()
+    try:
+        return StepSimulation(config.trace, cluster, options, compute=compute).run()
+    except RuntimeError as err:
+        if "deadlock" not in str(err):
+            raise
+        # A recording whose implied dependencies wait in a circle (a damaged or edited file).
+        raise SpecError("workload.trace", str(err)) from None
 
 
 def trace_summary(config: TraceRunConfig, result: StepResult) -> str:

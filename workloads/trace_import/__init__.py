@@ -62,6 +62,15 @@ def detect(text: str, file: str) -> str:
                     "(workload_graph, or nodes with id and type)")
 
 
+def _guarded(read, data, name: str):
+    """A value of an unexpected type deep in a file (a string where a shape should be) is a
+    one-line error naming the file, not a traceback."""
+    try:
+        return read(data, name)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        raise SpecError(name, f"malformed trace: {type(err).__name__}: {err}"[:300]) from None
+
+
 def _is_trace(text: str) -> bool:
     try:
         detect(text, "")
@@ -118,14 +127,15 @@ def import_files(paths: Sequence[Path | str], *, world_size: int | None = None,
                                 "truncated trace?)") from None
             except (ValueError, RecursionError) as err:
                 raise SpecError(name, f"cannot be read: {err}") from None
-            recordings.append(read_rank(data, name))
+            recordings.append(_guarded(read_rank, data, name))
         meta = {"source": provenance(fmt, files, recordings, recorded_on)}
         trace = assemble(recordings, world_size=world_size, meta=meta)
     else:
         source = {"format": fmt, "files": [file_facts(p) for p in files]}
         if recorded_on:
             source["recorded_on"] = recorded_on
-        trace = trace_from_chakra(texts, world_size=world_size, meta=None, warnings=warnings)
+        trace = _guarded(lambda t, _: trace_from_chakra(t, world_size=world_size,
+                                                        warnings=warnings), texts, str(files[0]))
         meta = dict(trace.meta)
         meta["source"] = {**meta.get("source", {}), **source} if "source" in meta else source
         from dataclasses import replace

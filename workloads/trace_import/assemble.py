@@ -117,7 +117,10 @@ def _program(rec: RankRecording, groups: _Groups, ranks: tuple[int, ...],
             cls = SendOp if item.send else RecvOp
             ops.append(cls(len(ops), item.name, WORLD_SET, item.peer, item.bytes, seq,
                            Stream.PP, after))
-            pending.append((item.end_s if item.end_s is not None else item.start_s, len(ops) - 1))
+            if item.end_s is not None:
+                # Without a completion time (an isend whose wait the trace does not show), no
+                # op is known to wait for it.
+                pending.append((item.end_s, len(ops) - 1))
         elif isinstance(item, CopyItem):
             ops.append(CopyOp(len(ops), item.name, item.kind, item.bytes, Stream.COPY, after))
             pending.append((item.end_s, len(ops) - 1))

@@ -273,16 +273,14 @@ class KinetoRank:
         ops = self.events.of("cpu_op")
         tid = self._main_thread(ops)
         mine = [e for e in ops if e["tid"] == tid]
-        done = sorted((e for e in self.events.of("user_annotation") if e["tid"] != tid
-                       and e["name"].startswith("gloo:")), key=_start)
         comms = self._comm_events(mine)
-        ends = [_end(d) * US for d in done]
+        ends = _gloo_completions(comms, [e for e in self.events.of("user_annotation")
+                                         if e["name"].startswith("gloo:")])
         items: list[Item] = []
         spans = self._optimizer_spans()
         comm_ids = {id(c) for c in comms}
-        for j, c in enumerate(comms):
-            end = ends[j] if j < len(ends) and len(ends) == len(comms) else _end(c) * US
-            item = self._comm_item(c, end)
+        for c in comms:
+            item = self._comm_item(c, ends.get(id(c)))
             if item is not None:
                 items.append(item)
         for top, inner in _trees(mine):
@@ -341,6 +339,29 @@ class KinetoRank:
                                          end_s=_end(m) * US))
         items.sort(key=lambda i: (i.start_s, isinstance(i, ComputeItem)))
         return items
+
+
+def _squash(name: str) -> str:
+    return name.split(":", 1)[-1].replace("_", "").lower()
+
+
+def _gloo_completions(comms: list[Mapping], work: list[Mapping]) -> dict[int, float]:
+    """When each c10d call's work finished: gloo records an event per operation (``gloo:send``,
+    ``gloo:all_reduce``...) from when it is issued to when it completes, on the calling thread
+    or a worker thread; each call takes the first unclaimed one of its kind that starts after it
+    did. Calls with none (the trace was cut) complete, as far as we know, when they return."""
+    claimed: set[int] = set()
+    ends = {}
+    work = sorted(work, key=_start)
+    for c in sorted(comms, key=_start):
+        kind = _squash(_comm_name(c["name"]) if c["name"] != "record_param_comms"
+                       else str(_args(c).get("Collective name", "")))
+        for i, w in enumerate(work):
+            if i not in claimed and _start(w) >= _start(c) and _squash(w["name"]) in kind:
+                claimed.add(i)
+                ends[id(c)] = _end(w) * US
+                break
+    return ends
 
 
 def _launcher_work(op: Mapping | None) -> tuple:
