@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from clustersim.hardware_specs import SpecError
 from clustersim.workloads.axes import (
-    CP_A2A_GROUP, CP_RING_GROUP, EXPERT_TENSOR_GROUP, TIED_EMBEDDING_GROUP, Axis,
+    CP_A2A_GROUP, CP_RING_GROUP, EXPERT_DATA_GROUP, EXPERT_TENSOR_GROUP, TIED_EMBEDDING_GROUP,
+    Axis,
 )
 from clustersim.workloads.job import Job
 from clustersim.workloads.layer_ops import LayerOps, LayerWork, Pass
@@ -79,7 +80,7 @@ class StageBuilder:
         mlp = self.expert.mlp(f"{tag}.mlp", Phase.BACKWARD, backward.mlp, deps)
         attn = self.context.attention(f"{tag}.attn", Phase.BACKWARD, attention, (mlp,),
                                       backward=True)
-        self.data.reduce_gradients(tag, last_micro)
+        self.data.reduce_gradients(tag, layer, last_micro)
         return attn
 
     # --- embedding and LM head -----------------------------------------------------------
@@ -116,14 +117,16 @@ class StageBuilder:
     def mtp_forward(self, micro: int, deps: tuple[int, ...]) -> None:
         """DeepSeek-V3's MTP modules after the last layer (sec. 2.2): each projects the
         previous depth's hidden state with the next token's embedding, runs a layer like the
-        last one, and its own pass through the shared LM head and loss."""
+        last one, and its own pass through the shared LM head and loss. Their parameters are
+        layers ``model.layers + depth`` of the stage's shards (gathered, reduced as a layer's)."""
         m, ops = self.stage.model, self.stage.ops
         forward = self.work(m.layers - 1)[0]
         for depth in range(m.mtp_layers):
-            tag = f"fwd{micro}.mtp{depth}"
+            tag, module = f"fwd{micro}.mtp{depth}", m.layers + depth
             op = ops.compute(f"{tag}.input", Phase.FORWARD, self.stage.kernels.mtp_input(), deps)
+            gathers = self.data.before_forward(Phase.FORWARD, micro, module, [module])
             attn = self.context.attention(f"{tag}.attn", Phase.FORWARD, forward.attention,
-                                          (op,), backward=False)
+                                          (op,) + gathers, backward=False)
             deps = (self.expert.mlp(f"{tag}.mlp", Phase.FORWARD, forward.mlp, (attn,)),)
             self.head_forward(micro, deps, part=f"mtp{depth}.")
 
@@ -133,14 +136,15 @@ class StageBuilder:
         backward = self.work(m.layers - 1)[1]
         deps: tuple[int, ...] = ()
         for depth in reversed(range(m.mtp_layers)):
-            tag = f"bwd{micro}.mtp{depth}"
+            tag, module = f"bwd{micro}.mtp{depth}", m.layers + depth
             head = self.head_backward(micro, deps, part=f"mtp{depth}.")
-            mlp = self.expert.mlp(f"{tag}.mlp", Phase.BACKWARD, backward.mlp, (head,))
+            gathers = self.data.before_backward(micro, module, [module])
+            mlp = self.expert.mlp(f"{tag}.mlp", Phase.BACKWARD, backward.mlp, (head,) + gathers)
             attn = self.context.attention(f"{tag}.attn", Phase.BACKWARD, backward.attention,
                                           (mlp,), backward=True)
             deps = (ops.compute(f"{tag}.input", Phase.BACKWARD,
                                 self.stage.kernels.mtp_input_backward(), (attn,)),)
-            self.data.reduce_gradients(tag, last_micro)
+            self.data.reduce_gradients(tag, module, last_micro)
         return deps
 
     # --- the schedule ----------------------------------------------------------------------
@@ -191,12 +195,13 @@ class StageBuilder:
 
 def group_sets(layout: ParallelLayout, tied_pp_embedding: bool) -> dict[str, GroupSet]:
     """Rank partitions for every axis the trace uses. ``dp`` is the gradient-reduction group
-    (data x context parallel ranks holding the same parameters)."""
+    (data x context parallel ranks holding the same parameters); with expert parallelism,
+    ``edp`` holds the ranks with the same experts."""
     names = [Axis.TP.value, Axis.CP.value, Axis.PP.value, Axis.DP.value]
-    if layout.ep > 1:
-        names.append(Axis.EP.value)
-        if (layout.etp or layout.tp) > 1:
-            names.append(EXPERT_TENSOR_GROUP)
+    if layout.ep > 1 or (layout.etp or layout.tp) != layout.tp:
+        names += [Axis.EP.value, EXPERT_DATA_GROUP]
+    if layout.ep > 1 and (layout.etp or layout.tp) > 1:
+        names.append(EXPERT_TENSOR_GROUP)
     if layout.cp_a2a > 1:
         names += [CP_A2A_GROUP, CP_RING_GROUP]
     if tied_pp_embedding:

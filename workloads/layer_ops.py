@@ -31,6 +31,7 @@ from clustersim.hardware_specs import Dtype, OpClass
 from clustersim.hardware_specs.efficiency import ATTENTION_CLASSES
 from clustersim.workloads.model import LocalAttention, Mlp, Position, TransformerSpec
 from clustersim.workloads.routing import expert_load
+from clustersim.workloads.shards import vocab_rows
 from clustersim.workloads.strategy import Recompute, Strategy
 from clustersim.workloads.training import AttentionKernel, TrainingSpec
 
@@ -108,7 +109,7 @@ class LayerOps:
         s = strategy
         self.tokens = training.micro_batch * training.seq_len // s.cp
         """Tokens of one micro-batch on one device's sequence shard."""
-        self.norm_tokens = self.tokens // (s.tp if s.sequence_parallel else 1)
+        self.norm_tokens = self.tokens // s.sequence_split
         """Tokens element-wise work runs on (sequence parallelism splits them over TP)."""
         self.expert_tokens = (self.norm_tokens * s.expert_tp
                               if s.sequence_parallel or s.tp == 1 else self.tokens)
@@ -285,13 +286,13 @@ class LayerOps:
     def embedding_backward(self) -> tuple[Kernel, ...]:
         m, s = self.model, self.strategy
         # Scatter-add of token gradients into the (vocab-parallel) table, plus zeroing it.
-        table = m.vocab * m.hidden // s.tp
+        table = vocab_rows(m, s) * m.hidden
         return (_elementwise("embedding.bwd", self.tokens * m.hidden, 2, self.elem),
                 _elementwise("embedding.grad_table", table, 1, 4.0))
 
     def head_forward(self) -> tuple[Kernel, ...]:
         m, s = self.model, self.strategy
-        vocab = m.vocab // s.tp
+        vocab = vocab_rows(m, s)
         return (
             _elementwise("final_norm", self.norm_tokens * m.hidden, 2, self.elem),
             _gemm("lm_head", self.tokens, vocab, m.hidden, self.elem, self.dtype),
@@ -301,7 +302,7 @@ class LayerOps:
 
     def head_backward(self) -> tuple[Kernel, ...]:
         m, s = self.model, self.strategy
-        vocab = m.vocab // s.tp
+        vocab = vocab_rows(m, s)
         ce = _elementwise("cross_entropy.bwd", self.tokens * vocab, 2, 4.0, OpClass.TRANSCENDENTAL)
         return (ce,) + _backward_of(self.head_forward()[1:2], self.elem) + (
             _elementwise("final_norm.bwd", self.norm_tokens * m.hidden, 4, self.elem),)

@@ -3,8 +3,10 @@
 Sources:
 - Model state of mixed-precision Adam: 2 (16-bit weights) + 2 (16-bit gradients) + 12 (FP32
   master weights, momentum, variance) bytes per parameter, ZeRO stages 1/2/3 shard the last,
-  the last two, and all three terms over the data-parallel group (Rajbhandari et al. SC'20,
-  sec. 3 and Fig. 1). FP32 training keeps 4 + 4 + 8.
+  the last two, and all three terms over the ranks that hold the same parameters (Rajbhandari
+  et al. SC'20, sec. 3 and Fig. 1). FP32 training keeps 4 + 4 + 8. What each device holds and
+  over how many ranks ZeRO shards it comes from ``workloads/shards.py``, as the trace's
+  gathers and reductions do.
 - Activations per layer per micro-batch: Korthikanti et al. 2022 ("Reducing Activation
   Recomputation in Large Transformer Models", arXiv 2205.05198), sec. 4 and Table 2:
   s b h (34 + 5 a s / h) bytes with no parallelism, split by t with tensor (and sequence)
@@ -21,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from clustersim.workloads.model import Mlp, TransformerSpec
+from clustersim.workloads.shards import Shard, stage_shards, vocab_rows
 from clustersim.workloads.stages import StagePlan, stage_plans
 from clustersim.workloads.strategy import (
     Offload, Recompute, Schedule, Strategy, Zero3Granularity, micro_batches,
@@ -82,7 +85,7 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
     m, t, st = model, training, strategy
     if st.recompute is Recompute.FULL:
         # Only the layer input, sharded by sequence parallelism when it is on.
-        return 2.0 * _sbh(m, t, st) / (st.tp if st.sequence_parallel else 1)
+        return 2.0 * _sbh(m, t, st) / st.sequence_split
     i = m.layers - 1 if layer is None else layer
     tp, sp = st.tp, st.sequence_parallel
     e = t.precision.activation_bytes
@@ -128,36 +131,32 @@ def inflight_layer_sets(plan: StagePlan, strategy: Strategy, micro: int) -> floa
     return float(min(pp - i, micro) * plan.layers)
 
 
-def stage_params(model: TransformerSpec, strategy: Strategy, plan: StagePlan) -> tuple[float, float]:
-    """(dense, expert) parameters one device of this stage holds before ZeRO sharding.
+@dataclass(frozen=True, slots=True)
+class StateBytes:
+    """Bytes of model state per parameter."""
 
-    TP splits the GEMM weights and the vocabulary; norms are replicated. With tied embeddings
-    and pp > 1 the last stage keeps its own copy of the embedding for the LM head (Megatron)."""
-    m, tp = model, strategy.tp
-    norms = 2 * m.norm_params
-    dense = plan.layers * ((m.dense_layer_params - norms) / tp + norms)
-    expert = 0.0
-    if m.is_moe:
-        expert = plan.layers * m.expert_layer_params / (strategy.expert_tp * strategy.ep)
-    else:
-        dense += plan.layers * m.expert_layer_params / tp
-    if plan.has_embedding:
-        dense += m.vocab * m.hidden / tp + (m.embedding_params - m.vocab * m.hidden)
-    if plan.has_head:
-        dense += m.norm_params
-        if not m.tied_embeddings or (strategy.pp > 1):
-            dense += m.vocab * m.hidden / tp
-    return dense, expert
+    weights: float
+    gradients: float
+    optimizer: float
 
 
-def _state_bytes(params: float, shard: int, training: TrainingSpec, strategy: Strategy
+def model_state_bytes(training: TrainingSpec) -> StateBytes:
+    """Mixed-precision Adam keeps 2 (16-bit weights) + 2 (16-bit gradients) + 12 (FP32 master
+    weights, momentum, variance) bytes per parameter; FP32 training 4 + 4 + 8 (Rajbhandari et
+    al. SC'20, sec. 3.1)."""
+    if training.precision.mixed:
+        return StateBytes(weights=2.0, gradients=2.0, optimizer=12.0)
+    return StateBytes(weights=4.0, gradients=4.0, optimizer=8.0)
+
+
+def _state_bytes(shard: Shard, training: TrainingSpec, strategy: Strategy
                  ) -> tuple[float, float, float, float]:
-    """(weights, gradients, optimizer, offloaded) bytes for ``params`` sharded ``shard`` ways."""
-    w, g, o = (2.0, 2.0, 12.0) if training.precision.mixed else (4.0, 4.0, 8.0)
-    z = strategy.zero
-    weights = params * w / (shard if z >= 3 else 1)
-    grads = params * g / (shard if z >= 2 else 1)
-    optim = params * o / (shard if z >= 1 else 1)
+    """(weights, gradients, optimizer, offloaded) bytes of ``shard`` on one device: ZeRO
+    stages 1, 2, 3 shard the optimizer state, then the gradients, then the weights."""
+    per, z = model_state_bytes(training), strategy.zero
+    weights = shard.resident(z >= 3) * per.weights
+    grads = shard.resident(z >= 2) * per.gradients
+    optim = shard.resident(z >= 1) * per.optimizer
     offloaded = 0.0
     if strategy.offload in (Offload.OPTIMIZER, Offload.PARAMS):
         offloaded += optim
@@ -172,10 +171,9 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
                  plan: StagePlan) -> StageMemory:
     st = strategy
     micro = micro_batches(training, st)
-    dense, expert = stage_params(model, st, plan)
-    dp_shard = st.dp * st.cp
-    dw, dg, do, doff = _state_bytes(dense, dp_shard, training, st)
-    ew, eg, eo, eoff = _state_bytes(expert, max(1, st.expert_dp), training, st)
+    shards = stage_shards(model, st, plan)
+    state = [_state_bytes(shard, training, st) for shard in shards.by_group().values()]
+    weights, grads, optim, offloaded = (sum(part) for part in zip(*state))
 
     e = training.precision.activation_bytes
     per_layer = layer_activation_bytes(model, training, st)
@@ -193,25 +191,25 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
     if plan.has_embedding:
         extra = (1.0 if model.dropout else 0.0) + (2 * e if model.embedding_norm else 0.0)
         inflight = micro if st.schedule is Schedule.GPIPE else min(st.pp, micro)
-        activations += inflight * extra * sbh / (st.tp if st.sequence_parallel else 1)
+        activations += inflight * extra * sbh / st.sequence_split
     if plan.has_head:
         inflight = micro if st.schedule is Schedule.GPIPE else 1
         tokens = sbh / model.hidden
         # Final-norm input, LM-head input, and FP32 logits kept for the cross-entropy gradient.
-        head = (e * sbh / (st.tp if st.sequence_parallel else 1) + e * sbh
-                + 4.0 * tokens * model.vocab / st.tp)
+        head = (e * sbh / st.sequence_split + e * sbh
+                + 4.0 * tokens * vocab_rows(model, st))
         activations += inflight * head
 
     comm = 0.0
     communicators = sum(1 for d in (st.tp, st.pp, st.dp, st.cp, st.ep) if d > 1)
     comm += communicators * NCCL_BUFFER_BYTES
-    layer_local = model.layer_params / (st.tp * (st.ep if model.is_moe else 1))
     if st.zero >= 3 or st.offload is Offload.PARAMS:
         # Gathered 16-bit parameters of the current and the prefetched unit (a layer, or a
         # tensor), plus one unit's full gradient before its reduce-scatter.
-        unit = layer_local
         if st.zero3_granularity is Zero3Granularity.TENSOR:
-            unit = max(model.layer_tensors()) / st.tp
+            unit = max(t.params for tensors in shards.tensors.values() for t in tensors)
+        else:
+            unit = max(sum(s.params for s in layer) for layer in shards.layers.values())
         comm += 3 * unit * 2.0
     if st.sequence_parallel:
         comm += e * sbh           # all-gather output buffer
@@ -220,12 +218,12 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
         comm += 2 * 2 * e * tokens * model.kv_dim / st.tp   # double-buffered K and V blocks
     if st.pp > 1:
         comm += 2 * e * sbh       # send and receive buffers
-    live = dw + ew + dg + eg + do + eo + activations + comm
+    live = weights + grads + optim + activations + comm
     reserve = CONTEXT_RESERVE_BYTES + FRAGMENTATION * live
-    breakdown = MemoryBreakdown(weights=dw + ew, gradients=dg + eg, optimizer=do + eo,
+    breakdown = MemoryBreakdown(weights=weights, gradients=grads, optimizer=optim,
                                 activations=activations, comm_buffers=comm, reserve=reserve)
     return StageMemory(stage=plan.stage, layers=plan.layers, memory=breakdown,
-                       offloaded_bytes=doff + eoff)
+                       offloaded_bytes=offloaded)
 
 
 def memory_per_stage(model: TransformerSpec, training: TrainingSpec,

@@ -162,6 +162,12 @@ class Strategy:
         return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
 
     @property
+    def sequence_split(self) -> int:
+        """Ways sequence parallelism splits the tokens of norms, dropouts and residuals over the
+        TP ranks (Korthikanti et al. 2022, sec. 4.2.2): tp with it, 1 without."""
+        return self.tp if self.sequence_parallel else 1
+
+    @property
     def chunks(self) -> int:
         """Model chunks of the whole pipeline (stages x virtual stages)."""
         return self.pp * self.virtual_stages
@@ -294,8 +300,8 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
     if s.offload_tier and s.offload is Offload.NONE:
         raise SpecError(f"{path}.offload_tier", f"names {s.offload_tier!r} but offload is none; "
                         "set offload: optimizer or params")
-    if training.seq_len % (s.cp * (s.tp if s.sequence_parallel else 1)):
-        split = s.cp * (s.tp if s.sequence_parallel else 1)
+    if training.seq_len % (s.cp * s.sequence_split):
+        split = s.cp * s.sequence_split
         raise SpecError("training.seq_len", f"{training.seq_len} is not divisible by "
                         f"cp{'*tp' if s.sequence_parallel else ''} = {split}")
     if s.cp > 1 and training.seq_len // s.cp < 2:

@@ -1,21 +1,22 @@
 """What a job's checkpoint holds, in bytes: the one place the long-run simulator reads a job.
 
-A checkpoint holds the weights and the optimizer state, not the gradients. Mixed-precision Adam
-keeps 2 (16-bit weights) + 12 (FP32 master weights, momentum, variance) bytes per parameter
-(Rajbhandari et al., ZeRO, SC'20 sec. 3); BLOOM-176B's checkpoints were 2.3 TB = 176e9 x 14
-bytes (bigscience tr11-176B-ml README, "Checkpoints"). FP32 training keeps 4 + 8.
+A checkpoint holds the weights and the optimizer state, not the gradients: 2 + 12 bytes per
+parameter under mixed-precision Adam, 4 + 8 in FP32 (``workloads.memory.model_state_bytes``);
+BLOOM-176B's checkpoints were 2.3 TB = 176e9 x 14 bytes (bigscience tr11-176B-ml README,
+"Checkpoints").
 """
 
 from __future__ import annotations
 
 from clustersim.simulator.longrun.checkpointing import CheckpointState
 from clustersim.workloads import Job
+from clustersim.workloads.memory import model_state_bytes
 
 
 def checkpoint_bytes(job: Job) -> float:
     """Weights + optimizer state of the whole model (see the module docstring)."""
-    per_param = 2.0 + 12.0 if job.training.precision.mixed else 4.0 + 8.0
-    return job.model.parameters * per_param
+    per_param = model_state_bytes(job.training)
+    return job.model.parameters * (per_param.weights + per_param.optimizer)
 
 
 def device_state_bytes(job: Job) -> float:

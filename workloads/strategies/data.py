@@ -11,13 +11,18 @@ gathers, the optimizer step and its offload.
   2020-21 ZeRO-3: one gather and one reduce-scatter per parameter tensor.
 - Offload (ZeRO-Offload, ZeRO-Infinity): gradients to the host, the Adam step there, parameters
   back; offloaded parameters also come from the host before each gather.
+
+What is gathered and reduced, over which ranks, is ``workloads/shards.py``'s: dense and
+vocabulary parameters over the data x context-parallel ranks (``dp``), routed experts over the
+ranks holding the same experts (``edp``) when expert parallelism splits them. A shard whose
+group is one rank moves nothing and is left out.
 """
 
 from __future__ import annotations
 
 from clustersim.workloads.axes import TIED_EMBEDDING_GROUP, Axis
 from clustersim.workloads.layer_ops import Pass
-from clustersim.workloads.memory import stage_params
+from clustersim.workloads.shards import Shard, stage_shards
 from clustersim.workloads.strategies.program import StageProgram
 from clustersim.workloads.strategy import Offload, Zero3Granularity, Zero3Prefetch
 from clustersim.workloads.trace import CollectiveKind, CopyKind, Phase
@@ -28,29 +33,38 @@ class DataParallel:
 
     def __init__(self, stage: StageProgram):
         self.stage = stage
-        s, m = stage.strategy, stage.model
-        self.replicas = s.dp * s.cp
-        """Ranks that hold the same parameters (data x context parallel)."""
+        s = stage.strategy
         self.zero3 = s.zero >= 3 or s.offload is Offload.PARAMS
         self.per_tensor = self.zero3 and s.zero3_granularity is Zero3Granularity.TENSOR
-        self.gathers_updated = 1 <= s.zero <= 2 and self.replicas > 1
+        self.gathers_updated = 1 <= s.zero <= 2 and s.dp * s.cp > 1
         """ZeRO-1/2 with data parallelism: every step all-gathers the updated parameters."""
+        self.shards = stage_shards(stage.model, s, stage.plan)
+        self.root_parts = tuple((name, part) for name, part in (
+            ("embedding", self.shards.embedding), ("head", self.shards.head)) if part)
+        """This stage's vocabulary-side parameters (embedding, LM head), by part."""
         self.grad_reductions: list[int] = []
         """Gradient reductions issued so far (the optimizer waits for them all)."""
-        self._gathers: dict[tuple[Pass, int, int], int] = {}
+        self._gathers: dict[tuple[Pass, int, int], tuple[int, ...]] = {}
         self._updated: set[int] = set()
-        elem = stage.element_bytes
-        layer_local = m.layer_params / s.tp
-        # Parameters are gathered in the compute dtype: 16-bit, or FP32 in FP32 training.
-        self.layer_bytes = layer_local * elem
-        self.tensor_bytes = tuple(elem * (n if n <= m.hidden * 2 else n / s.tp)
-                                  for n in m.layer_tensors())
-        self.root_tables = ((["embedding"] if stage.plan.has_embedding else [])
-                            + (["head"] if stage.plan.has_head
-                               and not (m.tied_embeddings and s.pp == 1) else []))
-        """The vocabulary tables this stage holds (embedding, LM head)."""
-        self.table_params = m.vocab * m.hidden / s.tp
-        self._updated_layer_params = 0.0
+
+    def _collectives(self, name: str, kind: CollectiveKind, shards: tuple[Shard, ...],
+                     deps: tuple[int, ...], per_rank_copies: bool = False) -> tuple[int, ...]:
+        """One collective per group of ranks that hold ``shards`` (their parameters summed, in
+        the compute dtype; the experts' one named ``.experts``), none over a group of one."""
+        groups: dict[str, Shard] = {}
+        for shard in shards:
+            seen = groups.get(shard.group)
+            groups[shard.group] = shard if seen is None else Shard(
+                kind=seen.kind, params=seen.params + shard.params, group=seen.group,
+                ranks=seen.ranks)
+        out = []
+        for group, shard in groups.items():
+            if shard.ranks > 1:
+                suffix = "" if group == Axis.DP.value else ".experts"
+                out.append(self.stage.ops.collective(
+                    f"{name}{suffix}", kind, shard.params * self.stage.element_bytes, Axis.DP,
+                    deps, group=group, per_rank_copies=per_rank_copies))
+        return tuple(out)
 
     # --- ZeRO-3 --------------------------------------------------------------------------
     def before_forward(self, phase: Phase, micro: int, layer: int, layers: list[int]
@@ -60,7 +74,7 @@ class DataParallel:
         regather = phase is Phase.RECOMPUTE and self.per_tensor
         if self.zero3 and (phase is Phase.FORWARD or regather):
             kind = Pass.FORWARD if phase is Phase.FORWARD else Pass.RECOMPUTE
-            out += (self._gather_ahead(kind, micro, layer, layers),)
+            out += self._gather_ahead(kind, micro, layer, layers)
         if (phase is Phase.FORWARD and self.gathers_updated
                 and self.stage.strategy.overlap_param_gather):
             out += self._gather_updated(layer)
@@ -68,9 +82,10 @@ class DataParallel:
 
     def before_backward(self, micro: int, layer: int, layers: list[int]) -> tuple[int, ...]:
         """Gathers a layer's backward waits for."""
-        return (self._gather_ahead(Pass.BACKWARD, micro, layer, layers),) if self.zero3 else ()
+        return self._gather_ahead(Pass.BACKWARD, micro, layer, layers) if self.zero3 else ()
 
-    def _gather_ahead(self, kind: Pass, micro: int, layer: int, layers: list[int]) -> int:
+    def _gather_ahead(self, kind: Pass, micro: int, layer: int, layers: list[int]
+                      ) -> tuple[int, ...]:
         """Gather ``layer`` (and, with prefetch, the next one) before it computes."""
         ops, prefetch = self.stage.ops, self.stage.strategy.zero3_prefetch
         gather = self._gather(kind, micro, layer, ops.after_compute())
@@ -81,52 +96,49 @@ class DataParallel:
             self._gather(kind, micro, layers[position + 1], ops.after_compute())
         return gather
 
-    def _gather(self, kind: Pass, micro: int, layer: int, deps: tuple[int, ...]) -> int:
+    def _gather(self, kind: Pass, micro: int, layer: int, deps: tuple[int, ...]
+                ) -> tuple[int, ...]:
         """ZeRO-3 all-gather of one layer's parameters (deduplicated per pass and layer): one
-        collective for the layer, or one per parameter tensor."""
+        collective for the layer (per group of ranks), or one per parameter tensor."""
         key = (kind, micro, layer)
         if key in self._gathers:
             return self._gathers[key]
         ops, s = self.stage.ops, self.stage.strategy
         name = f"{kind.value}{micro}.layer{layer}.zero3_all_gather"
+        layer_shards = self.shards.layers[layer]
         if s.offload is Offload.PARAMS:
+            kept = sum(shard.resident(True) for shard in layer_shards)
             deps = (ops.copy(f"{name}.h2d", CopyKind.HOST_TO_DEVICE,
-                             self.layer_bytes / self.replicas, deps),)
+                             kept * self.stage.element_bytes, deps),)
         if self.per_tensor:
             # DeepSpeed's per-parameter gather (v0.3.16, partition_parameters.py
             # ``_allgather_param``) calls torch.cuda.synchronize() first: it waits for the
             # gradient reduce-scatters still in flight, not only for the compute stream.
             deps = deps + tuple(self.grad_reductions[-1:])
-            for i, size in enumerate(self.tensor_bytes):
-                deps = (ops.collective(f"{name}.t{i}", CollectiveKind.ALL_GATHER, size, Axis.DP,
-                                       deps, per_rank_copies=True),)
-            self._gathers[key] = deps[0]
+            for i, tensor in enumerate(self.shards.tensors[layer]):
+                deps = self._collectives(f"{name}.t{i}", CollectiveKind.ALL_GATHER, (tensor,),
+                                         deps, per_rank_copies=True) or deps
+            gathered = deps
         else:
-            self._gathers[key] = ops.collective(name, CollectiveKind.ALL_GATHER,
-                                                self.layer_bytes, Axis.DP, deps)
+            gathered = self._collectives(name, CollectiveKind.ALL_GATHER, layer_shards, deps)
+        self._gathers[key] = gathered or (deps if s.offload is Offload.PARAMS else ())
         return self._gathers[key]
 
-    def _root_bytes(self) -> float:
+    def _root_gathered(self) -> tuple[Shard, ...]:
         """ZeRO-3 of the embedding and LM head as FSDP2 shards them (the root unit, which
-        ``fully_shard`` keeps unsharded from forward to backward): the bytes gathered once
-        before a micro-batch's forward and reduce-scattered after its backward; 0 without."""
-        if not self.zero3:
-            return 0.0
-        return len(self.root_tables) * self.table_params * self.stage.element_bytes
+        ``fully_shard`` keeps unsharded from forward to backward): gathered once before a
+        micro-batch's forward and reduce-scattered after its backward; nothing without."""
+        root = self.shards.root
+        return (root,) if self.zero3 and root else ()
 
     def gather_root(self, micro: int) -> tuple[int, ...]:
-        nbytes, ops = self._root_bytes(), self.stage.ops
-        if not nbytes:
-            return ()
-        return (ops.collective(f"fwd{micro}.root.zero3_all_gather", CollectiveKind.ALL_GATHER,
-                               nbytes, Axis.DP, ops.after_compute()),)
+        return self._collectives(f"fwd{micro}.root.zero3_all_gather", CollectiveKind.ALL_GATHER,
+                                 self._root_gathered(), self.stage.ops.after_compute())
 
     def reduce_root(self, micro: int) -> None:
-        nbytes, ops = self._root_bytes(), self.stage.ops
-        if nbytes:
-            self.grad_reductions.append(ops.collective(
-                f"bwd{micro}.root.zero3_reduce_scatter", CollectiveKind.REDUCE_SCATTER, nbytes,
-                Axis.DP, ops.after_compute()))
+        self.grad_reductions += self._collectives(
+            f"bwd{micro}.root.zero3_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
+            self._root_gathered(), self.stage.ops.after_compute())
 
     # --- ZeRO-1/2 with overlap_param_gather --------------------------------------------------
     def _gather_updated(self, layer: int) -> tuple[int, ...]:
@@ -135,37 +147,33 @@ class DataParallel:
         the others, so each one runs while the layers before it compute."""
         if layer in self._updated:
             return ()
-        root = len(self.root_tables) * self.table_params
-        if not self._updated:
-            dense, expert = stage_params(self.stage.model, self.stage.strategy, self.stage.plan)
-            self._updated_layer_params = (dense + expert - root) / self.stage.plan.layers
-        params = self._updated_layer_params + (0.0 if self._updated else root)
+        shards = self.shards.layers[layer]
+        if not self._updated and self.shards.root:
+            shards += (self.shards.root,)
         self._updated.add(layer)
-        return (self.stage.ops.collective(f"layer{layer}.dp_param_all_gather",
-                                          CollectiveKind.ALL_GATHER,
-                                          params * self.stage.element_bytes, Axis.DP),)
+        return self._collectives(f"layer{layer}.dp_param_all_gather", CollectiveKind.ALL_GATHER,
+                                 shards, ())
 
     # --- gradients -------------------------------------------------------------------------
-    def reduce_gradients(self, tag: str, last_micro: bool) -> None:
+    def reduce_gradients(self, tag: str, layer: int, last_micro: bool) -> None:
         """A layer's gradient reduction once its backward is done: every micro-batch under
         ZeRO-3, else in the last micro-batch's backward (gradient accumulation before)."""
-        ops = self.stage.ops
-        ready = (ops.last_compute,)
+        ready = (self.stage.ops.last_compute,)
         if self.per_tensor:
             # One reduce-scatter per parameter from a list of per-rank slices, which PyTorch
             # flattens with one copy per rank (DeepSpeed v0.3.16 ``_reduce_scatter_gradient``).
-            for i, size in enumerate(self.tensor_bytes):
-                self.grad_reductions.append(ops.collective(
-                    f"{tag}.zero3_reduce_scatter.t{i}", CollectiveKind.REDUCE_SCATTER, size,
-                    Axis.DP, ready, per_rank_copies=True))
+            for i, tensor in enumerate(self.shards.tensors[layer]):
+                self.grad_reductions += self._collectives(
+                    f"{tag}.zero3_reduce_scatter.t{i}", CollectiveKind.REDUCE_SCATTER, (tensor,),
+                    ready, per_rank_copies=True)
         elif self.zero3:
-            self.grad_reductions.append(ops.collective(
-                f"{tag}.zero3_reduce_scatter", CollectiveKind.REDUCE_SCATTER, self.layer_bytes,
-                Axis.DP, ready))
-        elif last_micro and self.replicas > 1:
+            self.grad_reductions += self._collectives(
+                f"{tag}.zero3_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
+                self.shards.layers[layer], ready)
+        elif last_micro:
             kind = self._reduce_kind()
-            self.grad_reductions.append(ops.collective(
-                f"{tag}.dp_{kind.value}", kind, self.layer_bytes, Axis.DP, ready))
+            self.grad_reductions += self._collectives(f"{tag}.dp_{kind.value}", kind,
+                                                      self.shards.layers[layer], ready)
 
     def _reduce_kind(self) -> CollectiveKind:
         """All-reduce without ZeRO; reduce-scatter when the optimizer state is sharded."""
@@ -174,24 +182,23 @@ class DataParallel:
 
     # --- the optimizer step ------------------------------------------------------------------
     def optimizer_step(self) -> None:
-        """The vocabulary tables' gradient reductions, the Adam step on this rank's share
+        """The embedding and LM-head gradient reductions, the Adam step on this rank's share
         (on the host with offload), and ZeRO-1/2's all-gather of the updated parameters."""
         stage, ops = self.stage, self.stage.ops
         s, m, plan, elem = stage.strategy, stage.model, stage.plan, stage.element_bytes
         deps = tuple(self.grad_reductions) + ops.after_compute()
-        if self.replicas > 1 and not self.zero3:
+        if not self.zero3:
             # The embedding and LM-head gradients join the data-parallel reduction too.
             kind = self._reduce_kind()
-            for part in self.root_tables:
-                deps += (ops.collective(f"{part}_grad.dp_{kind.value}", kind,
-                                        self.table_params * elem, Axis.DP, ops.after_compute()),)
+            for part, shard in self.root_parts:
+                deps += self._collectives(f"{part}_grad.dp_{kind.value}", kind, (shard,),
+                                          ops.after_compute())
         if m.tied_embeddings and s.pp > 1 and (plan.has_embedding or plan.has_head):
             deps += (ops.collective("embedding_grad_all_reduce", CollectiveKind.ALL_REDUCE,
-                                    self.table_params * elem, Axis.DP, ops.after_compute(),
-                                    group=TIED_EMBEDDING_GROUP),)
-        dense, expert = stage_params(m, s, plan)
-        shard = self.replicas if s.zero >= 1 else 1
-        local = dense / shard + expert / max(1, s.expert_dp if s.zero >= 1 else 1)
+                                    self.shards.table_params * elem, Axis.DP,
+                                    ops.after_compute(), group=TIED_EMBEDDING_GROUP),)
+        held = tuple(self.shards.by_group().values())
+        local = sum(shard.resident(s.zero >= 1) for shard in held)
         adam = stage.kernels.optimizer_step(local)
         if s.offload is Offload.NONE:
             step = ops.compute("optimizer_step", Phase.OPTIMIZER, adam, deps)
@@ -200,5 +207,4 @@ class DataParallel:
             host = ops.copy("host_adam", CopyKind.HOST_COMPUTE, adam[0].bytes, (grads,))
             step = ops.copy("params_h2d", CopyKind.HOST_TO_DEVICE, local * 2.0, (host,))
         if self.gathers_updated and not s.overlap_param_gather:
-            ops.collective("dp_param_all_gather", CollectiveKind.ALL_GATHER,
-                           (dense + expert) * elem, Axis.DP, (step,))
+            self._collectives("dp_param_all_gather", CollectiveKind.ALL_GATHER, held, (step,))
