@@ -1,0 +1,92 @@
+"""Published Blackwell training runs (analysis/data/published_runs_blackwell.csv): the file's
+provenance, the dense rows the model gets right within a stated tolerance, and the rows it gets
+wrong for a stated reason (strict xfails: they fail loudly once the reason is fixed)."""
+
+import csv
+
+import pytest
+
+from clustersim.analysis.step import run_step
+from clustersim.analysis.validation.published import row_config
+
+from tests.conftest import REPO
+
+RUNS = REPO / "analysis/data/published_runs_blackwell.csv"
+ROWS = {r["id"]: r for r in csv.DictReader(RUNS.open())}
+
+TOLERANCE = 0.12
+"""Issue 15's bar for published B200/GB200/GB300 runs (MAPE within 12%), held row by row."""
+
+ACCURATE = [
+    # DGX-B200, Megatron-Bridge 25.11 and NeMo 25.02 (8 GPUs per node, 8 x 400G ConnectX-7)
+    "mbridge_25.11_b200_llama3_8b_fp8_8gpu",            # +5.4%
+    "mbridge_25.11_b200_llama3.1_405b_fp8_128gpu",      # +5.5%
+    "nemo_25.02_b200_llama3_70b_fp8_64gpu",             # -3.1%
+    "nemo_25.02_b200_gpt3_175b_fp8_512gpu",             # +5.6%
+    "nemo_25.02_b200_nemotron4_340b_fp8_128gpu",        # +8.7%
+    "nemo_25.02_b200_llama3_8b_fp8_8gpu",               # -10.5%
+    # DGX-GB200 (NVL72 racks, used 64 at a time past one rack)
+    "mbridge_25.11_gb200_llama3_8b_fp8_8gpu",           # +0.7%
+    "nemo_25.04_gb200_llama3.1_405b_fp8_128gpu",        # -2.7%
+    "nemo_25.04_gb200_nemotron4_15b_fp8_64gpu",         # -5.3%
+    "nemo_25.04_gb200_nemotron4_340b_fp8_128gpu",       # -3.6%
+]
+
+GB300_UNKNOWN = (
+    "GB300 runs 16-36% faster per GPU than GB200 on the same Llama layouts (8B on 8 GPUs, no "
+    "network: 37,556 against 31,508 tokens/s/GPU in 25.11) although NVIDIA prints the same dense "
+    "BF16 and FP8 rates for both (2.5 and 5 PFLOPS). What makes it faster is not quantified by any "
+    "measurement we have: 1,400 W against 1,200 W per GPU (clocks under the power cap), and "
+    "Blackwell Ultra's doubled exponential (SFU) rate, which speeds FlashAttention's forward pass "
+    "(attention is a quarter of the predicted 8B step, so even twice as fast it leaves +6%).")
+EARLY_SOFTWARE = (
+    "NeMo 25.02 (February 2025) on B200 runs slower than the model (Nemotron-4 15B -14%; Llama 3 8B -10.5%), whose Blackwell kernel "
+    "figures were measured later (MAMF with torch 2.7-2.10 and CUDA 12.8-13.0, FlashAttention-4 "
+    "4.0.0b22 in 2026): the same Llama 3 8B layout gives 26,006 tokens/s/GPU in 25.02 and 30,624 "
+    "in Megatron-Bridge 25.11. Early-software efficiency is not modelled.")
+
+OFF = [
+    pytest.param("mbridge_25.11_gb300_llama3_8b_fp8_8gpu",
+                 marks=pytest.mark.xfail(strict=True, reason=GB300_UNKNOWN)),      # +21.7%
+    pytest.param("nemo_25.02_b200_nemotron4_15b_fp8_64gpu",
+                 marks=pytest.mark.xfail(strict=True, reason=EARLY_SOFTWARE)),     # -14.4%
+]
+
+
+def _run(catalog, row_id):
+    row = ROWS[row_id]
+    result = run_step(row_config(row, catalog)).result
+    return result, result.step_time_s / float(row["measured_step_time_s"]) - 1
+
+
+def test_every_row_has_a_source_a_layout_that_multiplies_out_and_a_unique_id():
+    rows = list(csv.DictReader(RUNS.open()))
+    assert len(ROWS) == len(rows) and len(rows) >= 60
+    for r in rows:
+        assert r["source"] and r["notes"] and float(r["measured_step_time_s"]) > 0, r["id"]
+        assert int(r["tp"]) * int(r["pp"]) * int(r["dp"]) * int(r["cp"]) == int(r["num_gpus"])
+        assert r["gpu"] in {"b200", "b300", "gb200", "gb300"}, r["id"]
+        moe = r["moe"] == "true"
+        assert bool(r["model"]) == moe and bool(r["layers"]) != moe, r["id"]
+
+
+@pytest.mark.parametrize("row_id", ACCURATE)
+def test_dense_blackwell_runs_within_tolerance(catalog, row_id):
+    result, error = _run(catalog, row_id)
+    assert abs(error) <= TOLERANCE, f"{row_id}: {error:+.1%}"
+    assert result.fits_in_memory
+
+
+@pytest.mark.parametrize("row_id", OFF)
+def test_dense_blackwell_runs_off_for_a_stated_reason(catalog, row_id):
+    _, error = _run(catalog, row_id)
+    assert abs(error) <= TOLERANCE, f"{row_id}: {error:+.1%}"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Megatron-Bridge's Llama 3 70B FSDP recipe on GB200 offloads the activations of 40 of 80 "
+    "layers to Grace memory (cpu_offloading_num_layers at 067f987d); activation offloading is "
+    "not modelled, so the predicted peak (about 412 GB) exceeds the 186 GB of HBM"))
+def test_gb200_70b_fsdp_fits_with_activation_offloading(catalog):
+    result, _ = _run(catalog, "mbridge_25.11_gb200_llama3_70b_fp8_64gpu")
+    assert result.fits_in_memory
