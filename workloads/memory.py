@@ -116,6 +116,18 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
     return replicated / (tp if sp else 1) + whole + (split + core) / tp
 
 
+def _mean_over_layers(model: TransformerSpec, training: TrainingSpec, strategy: Strategy,
+                      plan: StagePlan) -> float:
+    """Stored activations of one of the stage's layers, averaged over them (layers of a mixture
+    of experts differ: DeepSeek-V3's dense first layers keep less than its MoE layers)."""
+    by_kind: dict[tuple[bool, bool], float] = {}
+    for i in plan.layer_ids:
+        kind = model.layer_kind(i)
+        if kind not in by_kind:
+            by_kind[kind] = layer_activation_bytes(model, training, strategy, i)
+    return sum(by_kind[model.layer_kind(i)] for i in plan.layer_ids) / len(plan.layer_ids)
+
+
 def _sbh(model: TransformerSpec, training: TrainingSpec, strategy: Strategy) -> float:
     return training.micro_batch * (training.seq_len / strategy.cp) * model.hidden
 
@@ -176,11 +188,11 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
     weights, grads, optim, offloaded = (sum(part) for part in zip(*state))
 
     e = training.precision.activation_bytes
-    per_layer = layer_activation_bytes(model, training, st)
+    per_layer = _mean_over_layers(model, training, st, plan)
     sbh = _sbh(model, training, st)
+    kept = replace(st, recompute=Recompute.NONE)
     if st.recompute is Recompute.FULL:
-        kept = replace(st, recompute=Recompute.NONE)
-        whole = layer_activation_bytes(model, training, kept)
+        whole = max(layer_activation_bytes(model, training, kept, i) for i in plan.layer_ids)
         # Block recompute: the first recompute_layers of each chunk keep only their input.
         recomputed = st.recomputed_layers(plan.chunk_layers)
         per_layer = (recomputed * per_layer + (plan.layers - recomputed) * whole) / plan.layers
@@ -198,7 +210,11 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
         # Final-norm input, LM-head input, and FP32 logits kept for the cross-entropy gradient.
         head = (e * sbh / st.sequence_split + e * sbh
                 + 4.0 * tokens * vocab_rows(model, st))
-        activations += inflight * head
+        # Each MTP module keeps a layer like the last one (never recomputed here), its input
+        # projection's input (2h) and its own pass through the head.
+        mtp = model.mtp_layers * (layer_activation_bytes(model, training, kept, model.layers - 1)
+                                  + 2 * e * sbh / st.sequence_split + head)
+        activations += inflight * (head + mtp)
 
     comm = 0.0
     communicators = sum(1 for d in (st.tp, st.pp, st.dp, st.cp, st.ep) if d > 1)
