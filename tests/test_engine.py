@@ -22,7 +22,7 @@ FREE = Plan(Algorithm.DIRECT, Protocol.SIMPLE, 0.0, 0.0, ())
 class FreeNetwork(NetworkModel):
     """Communication that takes no time: leaves a compute-only schedule."""
 
-    def plan(self, kind, nbytes, instances):
+    def plan(self, kind, nbytes, instances, routing=None):
         return FREE
 
     def p2p_plan(self, nbytes, pairs):

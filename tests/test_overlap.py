@@ -30,7 +30,7 @@ class FixedTransfer(NetworkModel):
         super().__init__(cluster)
         self.plan_ = Plan(Algorithm.DIRECT, Protocol.SIMPLE, 0.0, transfer_ms * MS, ())
 
-    def plan(self, kind, nbytes, instances):
+    def plan(self, kind, nbytes, instances, routing=None):
         return self.plan_
 
 
