@@ -173,3 +173,32 @@ def test_one_more_expert_per_token_costs_its_gemms(m):
     extra = model_flops_per_token(more, 512) - model_flops_per_token(m, 512)
     moe_layers = m.moe_layers + m.mtp_layers * int(m.is_moe_layer(m.layers - 1))
     assert extra == pytest.approx(6 * moe_layers * 3 * m.hidden * m.expert_ffn, rel=1e-9)
+
+
+@pytest.mark.parametrize("cfg, preset", [
+    # openai-community/gpt2-xl config.json (the keys as published; 48 x 1600, V = 50,257).
+    ({"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+      "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256,
+      "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gpt2",
+      "n_ctx": 1024, "n_embd": 1600, "n_head": 25, "n_layer": 48, "n_positions": 1024,
+      "output_past": True, "resid_pdrop": 0.1, "summary_activation": None,
+      "summary_first_dropout": 0.1, "summary_proj_to_labels": True,
+      "summary_type": "cls_index", "summary_use_proj": True,
+      "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
+      "vocab_size": 50257}, 1_557_611_200),
+    # bigscience/bloom-560m config.json: 559,214,592 parameters (its model card: 559M).
+    ({"apply_residual_connection_post_layernorm": False, "architectures": ["BloomForCausalLM"],
+      "attention_dropout": 0.0, "attention_softmax_in_fp32": True, "bias_dropout_fusion": True,
+      "bos_token_id": 1, "eos_token_id": 2, "hidden_dropout": 0.0, "hidden_size": 1024,
+      "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "masked_softmax_fusion": True,
+      "model_type": "bloom", "n_head": 16, "n_inner": None, "n_layer": 24, "offset_alibi": 100,
+      "pad_token_id": 3, "pretraining_tp": 1, "skip_bias_add": True, "skip_bias_add_qkv": False,
+      "slow_but_exact": False, "unk_token_id": 0, "use_cache": True, "vocab_size": 250880},
+     559_214_592),
+])
+def test_dense_hub_configs_still_import(tmp_path, cfg, preset):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    m = from_hf_config(path)
+    # GPT-2 XL: 1.5 B (Radford et al. 2019, Table 2), 1,557,611,200 counted with its tied head.
+    assert m.parameters == preset and m.tied_embeddings

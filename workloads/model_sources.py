@@ -67,7 +67,7 @@ IRRELEVANT_KEYS: Mapping[str, str] = {
                      "output_hidden_states", "tie_word_embeddings_for_generation",
                      "task_specific_params", "summary_type", "summary_use_proj",
                      "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
-                     "n_ctx", "use_return_dict", "slow_but_exact"),
+                     "n_ctx", "use_return_dict", "slow_but_exact", "output_past"),
                     "inference and fine-tuning-head switches, not the trained network"),
     **dict.fromkeys(("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps", "norm_eps",
                      "initializer_range", "init_device", "init_config", "rope_theta",
@@ -86,6 +86,12 @@ IRRELEVANT_KEYS: Mapping[str, str] = {
                      "ep_size", "moe_layers"),
                     "routing scores and losses: which experts, not how many (moe_layers is "
                     "checked against interleave_moe_layer_step)"),
+    **dict.fromkeys(("attention_softmax_in_fp32", "bias_dropout_fusion", "masked_softmax_fusion",
+                     "skip_bias_add", "skip_bias_add_qkv", "offset_alibi", "unk_token_id",
+                     "tokenizer_name", "embedding_fraction", "init_std", "layerdrop",
+                     "do_layer_norm_before", "prefix"),
+                    "kernel-fusion and precision switches, the embedding's gradient scale, "
+                    "layer-drop: the same network (BLOOM, MPT, OPT configs)"),
     "quantization_config": "how the released weights are stored; training precision is "
                            "the run's training.precision",
 }
@@ -199,10 +205,10 @@ class _HfConfig:
         return from_mapping(mapping, "model")
 
     def _dropout(self) -> bool:
-        keys = ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop",
-                "dropout", "activation_dropout", "attention_probs_dropout_prob",
-                "hidden_dropout_prob", "emb_pdrop", "projector_dropout")
-        rates = [self.get(k) for k in keys if k in self.text]
+        attn_config = self.text.get("attn_config")
+        nested = attn_config if isinstance(attn_config, dict) else {}
+        rates = [self.get(k) for k in _DROPOUT_KEYS if k in self.text]
+        rates += [nested[k] for k in _DROPOUT_KEYS if k in nested]
         return any(isinstance(r, (int, float)) and not isinstance(r, bool) and r > 0
                    for r in rates)
 
@@ -322,10 +328,14 @@ class _HfConfig:
                 if key not in self.used and key not in IRRELEVANT_KEYS:
                     raise SpecError(f"model ({self.path.name}: {key})", "not understood")
         for key in attn_config:
-            if key not in {"alibi", "expansion_ratio"} and key not in IRRELEVANT_KEYS:
+            if key not in {"alibi", "expansion_ratio", *_DROPOUT_KEYS} and key not in IRRELEVANT_KEYS:
                 raise SpecError(f"model ({self.path.name}: attn_config.{key})", "not understood")
 
 
+_DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+                 "dropout", "activation_dropout", "attention_probs_dropout_prob",
+                 "hidden_dropout_prob", "emb_pdrop", "projector_dropout")
+"""Dropout rates: any above 0 means the layers keep dropout masks."""
 _GATED_ACTIVATIONS = {"silu", "swish", "swiglu", "geglu"}
 _GATED_FAMILIES = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2",
                    "deepseek_v3", "gpt_oss", "llama4"}
