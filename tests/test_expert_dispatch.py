@@ -29,10 +29,9 @@ TOLERANCE = 0.20
 
 
 def h800(catalog, gpus: int):
-    """8x H800 nodes: H100 SXM with NVLink cut to 400 GB/s both directions (DeepSeek, arXiv
-    2505.09343: 'reduced from 900 GB/s to 400 GB/s'), one 400 Gb/s CX7 NIC per GPU."""
-    cluster = catalog.cluster(device="h100-sxm", num_devices=gpus, devices_per_node=8)
-    return replace(cluster, node=replace(cluster.node, scale_up_bandwidth=200e9))
+    """8x H800 nodes (the catalog's hgx-h800: NVLink 400 GB/s both directions, one 400 Gb/s
+    CX7 NIC per GPU)."""
+    return catalog.cluster(device="h800", num_devices=gpus, devices_per_node=8)
 
 
 def _routing(row: dict) -> TokenRouting:

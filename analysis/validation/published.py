@@ -5,9 +5,9 @@ kv_heads, vocab, mlp, seq_len, global_batch, micro_batch, gpu, num_gpus, gpus_pe
 dp, cp, ep, sequence_parallel, zero, recompute, virtual_stages, precision, measured_step_time_s,
 step_time_basis, measured_peak_memory_gib, notes; optional: recompute_layers, attention,
 zero3_granularity, zero3_prefetch, tp_comm_overlap, overlap_param_gather (absent: the software of
-the source's date, see ``software_of``; overlaps off), ep_dispatcher (absent: alltoall), and
-``model``: a preset or bundled Hugging Face config (MoE, MLA) that replaces the architecture
-columns. An empty micro_batch means 1. Rows whose
+the source's date, see ``software_of``; overlaps off), ep_dispatcher (absent: alltoall), etp
+(absent: tp), cp_algorithm and cp_a2a (absent: ring), and ``model``: a preset or bundled
+Hugging Face config (MoE, MLA) that replaces the architecture columns. An empty micro_batch means 1. Rows whose
 config does not fit in memory are reported apart; rows that cannot be mapped (unknown GPU, an
 impossible strategy) are listed with the reason.
 """
@@ -166,7 +166,8 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "cp": _int(row, "cp", 1), "ep": _int(row, "ep", 1),
         **{flag: _cell(row, flag, "false")
            for flag in ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather")},
-        "ep_dispatcher": _cell(row, "ep_dispatcher", "alltoall"),
+        "ep_dispatcher": _cell(row, "ep_dispatcher", "alltoall"), "etp": _int(row, "etp", 0),
+        "cp_algorithm": _cell(row, "cp_algorithm", "ring"), "cp_a2a": _int(row, "cp_a2a", 0),
         "zero": _int(row, "zero", 0), "recompute": _cell(row, "recompute", "none"),
         "recompute_layers": _int(row, "recompute_layers", 0),
         "virtual_stages": v, "schedule": "interleaved" if v > 1 else "1f1b",
