@@ -10,7 +10,7 @@ from clustersim.simulator.cost.collectives import Algorithm
 from clustersim.simulator.engine import NetworkMode
 from clustersim.workloads.trace import CollectiveKind
 from clustersim.workloads.builder import build_trace
-from clustersim.workloads.memory import StageMemory
+from clustersim.workloads.memory import GIB, StageMemory
 from clustersim.workloads.trace import Trace
 
 from clustersim.analysis.config import RunConfig
@@ -41,7 +41,10 @@ class StepReport:
             "strategy": job.strategy.to_dict(),
             "training": job.training.to_dict(),
         }
-        out.update(self.result.to_dict())
+        for key, value in self.result.to_dict().items():
+            out[key] = value
+            if key == "peak_memory_gb":   # decimal GB, a stable key; every table prints GiB
+                out["peak_memory_gib"] = value * 1e9 / GIB
         out["memory"] = [{"stage": s.stage, "layers": s.layers, **s.memory.to_dict(),
                           "offloaded": s.offloaded_bytes} for s in self.memory]
         out["memory_capacity_bytes"] = cluster.device.memory_bytes

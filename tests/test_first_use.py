@@ -59,3 +59,87 @@ def test_a_typo_in_a_vary_key_is_one_error_line_before_anything_runs(capsys, key
     code, out, err = run(capsys, "compare", "llama3_8b_fsdp", "--vary", f"{key}=h100-sxm,h200")
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith(f"error: --vary: {key}: ") and field in err
+
+
+def test_collective_and_validate_share_one_error_sign_prediction_over_measurement_in_time(capsys):
+    from clustersim.analysis.accuracy import ERROR_MEANING
+    from clustersim.analysis.validation.published import RowOutcome
+    from tests.conftest import REPO
+
+    code, out, _ = run(capsys, "collective", "--gpu", "h100-sxm", "--gpus", "8", "--against",
+                       str(REPO / "examples/nccl_tests_h100_p5.log"))
+    assert code == 0 and ERROR_MEANING in out
+    rows = [line.split() for line in out.splitlines() if line.split() and line.split()[0].isdigit()]
+    assert len(rows) == 32
+    for size, measured_us, predicted_us, _, _, error, _ in rows:
+        expected = float(predicted_us) / float(measured_us) - 1
+        assert float(error.rstrip("%")) == pytest.approx(100 * expected, abs=0.1), size
+    assert RowOutcome("run", measured_s=2.0, predicted_s=2.2).error == pytest.approx(0.1)
+
+
+def _write(tmp_path, data) -> str:
+    import yaml
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+OOM = {"model": "llama3-8b", "training": {"seq_len": 4096, "global_batch": 1},
+       "strategy": {"tp": 1, "pp": 1, "dp": 1}, "cluster": {"gpu": "h100-sxm", "num_gpus": 1}}
+
+
+def test_a_step_that_does_not_fit_says_so_in_a_banner_and_exits_3_unless_allowed(capsys, tmp_path):
+    config = _write(tmp_path, OOM)
+    code, out, err = run(capsys, "simulate", config)
+    assert code == 3
+    assert out.startswith("!!!") and "DOES NOT FIT IN MEMORY: stage 0 needs up to" in out
+    assert "of 80.0 GiB" in out.splitlines()[1]
+    assert err.startswith("error: job does not fit in GPU memory")
+    code, out, err = run(capsys, "simulate", config, "--allow-oom")
+    assert code == 0 and "DOES NOT FIT IN MEMORY" in out and err == ""
+    fits = _write(tmp_path, {**OOM, "cluster": {"gpu": "h200", "num_gpus": 1},
+                             "strategy": {"tp": 1, "pp": 1, "dp": 1, "recompute": "full"}})
+    code, out, _ = run(capsys, "simulate", fits)
+    assert code == 0 and "DOES NOT FIT" not in out
+
+
+def test_json_gives_peak_memory_in_gib_beside_the_decimal_stable_key(capsys, tmp_path):
+    import json
+    out_json = tmp_path / "step.json"
+    code, out, _ = run(capsys, "simulate", _write(tmp_path, OOM), "--allow-oom", "--json", str(out_json))
+    data = json.loads(out_json.read_text())
+    gib = max(stage["total"] for stage in data["memory"]) / 2**30
+    assert data["peak_memory_gib"] == pytest.approx(gib, rel=1e-12)
+    assert data["peak_memory_gb"] == pytest.approx(gib * 2**30 / 1e9, rel=1e-12)
+    assert f"peak memory     {gib:.1f} GiB per GPU" in out
+
+
+SMALL = {"model": "llama3-8b", "training": {"seq_len": 4096, "global_batch": 8},
+         "strategy": {"tp": 1, "pp": 1, "dp": 8, "zero": 3},
+         "cluster": {"gpu": "h100-sxm", "num_gpus": 8}}
+
+
+def test_tflops_say_they_are_model_flops_and_give_hardware_flops_when_recompute_adds_work(
+        capsys, tmp_path):
+    import json
+    import re
+    out_json = tmp_path / "step.json"
+    full = {**SMALL, "strategy": {**SMALL["strategy"], "recompute": "full"}}
+    code, out, _ = run(capsys, "simulate", _write(tmp_path, full), "--json", str(out_json))
+    data = json.loads(out_json.read_text())
+    model, hardware = re.search(r"([\d.]+) TFLOP/s per GPU of model FLOPs \(([\d.]+) counting "
+                                r"recomputation", out).groups()
+    assert float(model) == pytest.approx(data["tflops_per_gpu"], abs=0.05)
+    ratio = data["hardware_flops_per_step"] / data["flops_per_step"]
+    assert ratio > 1.2 and float(hardware) == pytest.approx(data["tflops_per_gpu"] * ratio, abs=0.06)
+    code, out, _ = run(capsys, "simulate", _write(tmp_path, SMALL))
+    assert "TFLOP/s per GPU of model FLOPs, MFU" in out
+
+
+@pytest.mark.parametrize("attention, noted", [("flash", True), ("standard", False)])
+def test_selective_recompute_says_when_it_changes_nothing(capsys, tmp_path, attention, noted):
+    selective = {**SMALL, "training": {**SMALL["training"], "attention": attention},
+                 "strategy": {**SMALL["strategy"], "recompute": "selective"}}
+    code, out, _ = run(capsys, "simulate", _write(tmp_path, selective))
+    assert code == 0
+    assert ("recompute: selective changes nothing here" in out) is noted

@@ -16,6 +16,7 @@ from clustersim.hardware_specs.fields import parse_enum
 from clustersim.hardware_specs.units import Quantity, parse
 from clustersim.simulator.cost.collectives import Algorithm
 
+from clustersim.analysis.accuracy import ERROR_MEANING, time_error
 from clustersim.analysis.cli.common import add_catalog_option, add_command, output_path, write_json
 from clustersim.analysis.tables import render
 from clustersim.analysis.limits import COLLECTIVE_ROW_BUDGET, check_budget
@@ -29,8 +30,8 @@ def register(sub) -> None:
     p = add_command(sub, "collective", help="predict nccl-tests output for a collective", examples=[
         ("clustersim collective --gpu h100-sxm --gpus 16 --op all_reduce --max-bytes 1G",
          "all_reduce_perf on two DGX H100 nodes, 8 B to 1 GiB"),
-        ("clustersim collective --gpu h100-sxm --against examples/nccl_tests_h100_p5.log",
-         "hold the model against a real nccl-tests log (its sizes, ranks and op)"),
+        ("clustersim collective --gpu h100-sxm --gpus 8 --against examples/nccl_tests_h100_p5.log",
+         "hold the model against a real nccl-tests log (its sizes and op; ranks when it lists them)"),
     ])
     p.add_argument("--cluster", metavar="CONFIG", help="YAML with a cluster: section (a run config)")
     p.add_argument("--gpu", help="catalog device, instead of --cluster (its usual node)")
@@ -111,14 +112,14 @@ def _avg(values) -> float:
 
 
 def _print_comparison(rows: list[CollectiveRow], log: NcclTestsLog) -> None:
-    errors = [m.time_s / r.time_s - 1 for r, m in zip(rows, log.rows)]
+    errors = [time_error(r.time_s, m.time_s) for r, m in zip(rows, log.rows)]
     table = [[f"{m.bytes}", f"{m.time_s * 1e6:.2f}", f"{r.time_s * 1e6:.2f}", f"{m.busbw_gbps:.2f}",
               f"{r.busbw_gbps:.2f}", f"{e:+.1%}", f"{r.algorithm}/{r.protocol}"]
              for r, m, e in zip(rows, log.rows, errors)]
     print(render(["size (B)", "measured (us)", "predicted (us)", "measured busbw",
                   "predicted busbw", "error", "algorithm"], table))
     worst = max(range(len(errors)), key=lambda i: abs(errors[i]))
-    print(f"\nbusbw error (predicted / measured - 1) over {len(rows)} sizes: mean |error| "
+    print(f"\n{ERROR_MEANING}\nover {len(rows)} sizes: mean |error| "
           f"{_avg(abs(e) for e in errors):.1%}, max {errors[worst]:+.1%} "
           f"at {log.rows[worst].bytes} B")
     print(f"avg bus bandwidth (GB/s): measured {_avg(m.busbw_gbps for m in log.rows):.2f}, "

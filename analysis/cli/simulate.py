@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from clustersim.analysis.cli.common import add_catalog_option, add_command, output_path, write_json
 
 DEFAULT_EXAMPLE = "llama3_70b_h100"
+EXIT_DOES_NOT_FIT = 3
+"""Exit status of a step that does not fit in memory (2 is a bad input, 0 a step that runs)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", type=output_path, metavar="OUT", help="write the result as JSON")
     p.add_argument("--trace", type=output_path, metavar="OUT",
                    help="write a Chrome/Perfetto trace JSON")
+    p.add_argument("--allow-oom", action="store_true",
+                   help=f"exit 0 even when the config does not fit in GPU memory (default: exit "
+                        f"{EXIT_DOES_NOT_FIT} after printing the result)")
     p.add_argument("--no-limit", action="store_true",
                    help="run even a step over the work budget (about a minute of engine time)")
     add_catalog_option(p)
@@ -62,4 +68,8 @@ def run(args: argparse.Namespace) -> int:
     if args.trace:
         write_chrome_trace(report.result, Path(args.trace))
         print(f"wrote {args.trace} (open it in https://ui.perfetto.dev or chrome://tracing)")
+    if not report.result.fits_in_memory and not args.allow_oom:
+        print(f"error: {report.config.name} does not fit in GPU memory (see the banner above); "
+              "--allow-oom exits 0 anyway", file=sys.stderr)
+        return EXIT_DOES_NOT_FIT
     return 0

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from clustersim.hardware_specs.units import format_bytes, format_rate, format_time
+from clustersim.hardware_specs.units import format_bytes, format_time
+from clustersim.workloads.strategy import Recompute
 
 from clustersim.analysis.step import StepReport
 from clustersim.analysis.tables import key_values, render
@@ -37,6 +38,47 @@ def breakdown_table(report: StepReport) -> str:
                         f"{r.classes[r.critical_class].program})")
 
 
+def memory_banner(report: StepReport) -> str:
+    """A banner when a stage does not fit in HBM (empty when all fit): the step time assumes
+    memory that the GPU does not have."""
+    if report.result.fits_in_memory:
+        return ""
+    cap = report.config.cluster.device.memory_bytes
+    over = [s for s in report.memory if s.memory.total > cap] or list(report.memory)
+    worst = max(over, key=lambda s: s.memory.total)
+    stages = ", ".join(str(s.stage) for s in over)
+    line = (f"DOES NOT FIT IN MEMORY: stage{'s' if len(over) > 1 else ''} {stages} "
+            f"need{'' if len(over) > 1 else 's'} up to "
+            f"{worst.memory.total / GIB:.1f} GiB per GPU of {cap / GIB:.1f} GiB; the step time "
+            "below assumes memory the GPU does not have (try recompute, ZeRO, more pipeline "
+            "stages or `clustersim sweep`)")
+    bar = "!" * min(len(line), 100)
+    return f"{bar}\n{line}\n{bar}"
+
+
+def throughput_flops(report: StepReport) -> str:
+    """TFLOP/s per GPU, saying which FLOPs: the model's (MFU's numerator, no recompute), and,
+    when recompute adds work, the hardware's (what Megatron-LM's papers quote)."""
+    job, r = report.config.job, report.result
+    text = f"{r.tflops_per_gpu:.1f} TFLOP/s per GPU of model FLOPs"
+    if job.hardware_flops_per_step > job.model_flops_per_step:
+        hardware = r.tflops_per_gpu * job.hardware_flops_per_step / job.model_flops_per_step
+        text += f" ({hardware:.1f} counting recomputation, as Megatron-LM's papers do)"
+    return text
+
+
+def recompute_note(report: StepReport) -> str:
+    """Selective recomputation drops and recomputes the attention scores; a fused (flash)
+    kernel never stores them, so with one it recomputes nothing and saves nothing."""
+    job = report.config.job
+    if job.strategy.recompute is not Recompute.SELECTIVE or \
+            job.hardware_flops_per_step > job.model_flops_per_step:
+        return ""
+    return (f"recompute: selective changes nothing here: {job.training.attention.value} "
+            "attention keeps no score matrix to drop (full recompute, of every layer or of "
+            "recompute_layers, saves activation memory)")
+
+
 def summary(report: StepReport) -> str:
     cfg, r = report.config, report.result
     job, cluster = cfg.job, cfg.cluster
@@ -62,16 +104,16 @@ def summary(report: StepReport) -> str:
         ("FLOPs per step", f"{job.model_flops_per_step:.4g} model, "
                            f"{job.hardware_flops_per_step:.4g} with recompute"),
         ("step time", format_time(r.step_time_s)),
-        ("throughput", f"{r.tokens_per_s:,.0f} tokens/s, {r.tflops_per_gpu:.1f} TFLOP/s per GPU, "
+        ("throughput", f"{r.tokens_per_s:,.0f} tokens/s, {throughput_flops(report)}, "
                        f"MFU {100 * r.mfu:.1f}%"),
         ("peak memory", f"{format_bytes(r.peak_memory_gb * 1e9)} per GPU "
                         f"({'fits' if r.fits_in_memory else 'DOES NOT FIT'} in "
                         f"{format_bytes(cluster.device.memory_bytes)})"),
         ("simulated", f"{len(r.classes)} rank {'class' if len(r.classes) == 1 else 'classes'} "
                       f"for {cluster.num_devices} GPUs, {r.events:,} events in {r.wall_time_s:.2f} s"),
+        *([("note", note)] if (note := recompute_note(report)) else []),
     ], title=f"clustersim: {cfg.name}")
-    return "\n\n".join([head, breakdown_table(report), memory_table(report)])
+    parts = [head, breakdown_table(report), memory_table(report)]
+    banner = memory_banner(report)
+    return "\n\n".join([banner, *parts] if banner else parts)
 
-
-def describe_rate(value: float) -> str:
-    return format_rate(value, "FLOP/s")

@@ -30,6 +30,7 @@ from clustersim.workloads.model_sources import resolve
 from clustersim.workloads.strategy import strategy_from_mapping
 from clustersim.workloads.training import training_from_mapping
 
+from clustersim.analysis.accuracy import ERROR_MEANING, time_error
 from clustersim.analysis.config import RunConfig
 from clustersim.analysis.step import run_step, DEFAULT_OPTIONS
 from clustersim.analysis.tables import render
@@ -50,10 +51,10 @@ class RowOutcome:
 
     @property
     def error(self) -> float | None:
-        """Signed fraction: (predicted - measured) / measured."""
+        """Signed fraction, predicted / measured - 1 (``analysis.accuracy``)."""
         if self.predicted_s is None:
             return None
-        return (self.predicted_s - self.measured_s) / self.measured_s
+        return time_error(self.predicted_s, self.measured_s)
 
     def to_dict(self) -> dict:
         return {"id": self.id, "measured_step_time_s": self.measured_s,
@@ -241,6 +242,6 @@ def render_outcomes(outcomes: list[RowOutcome]) -> str:
     table = render(["run", "measured s", "predicted s", "error", "MFU", "note"], rows)
     accuracy = (f"MAPE {100 * s.mape:.2f}%, max |error| {100 * s.max_abs_error:.1f}%"
                 if s.compared else "no accuracy to report")
-    tail = (f"\n\n{s.compared} runs compared: {accuracy}; {s.not_fitting} do not fit in memory; "
-            f"{s.unmapped} not mapped")
+    tail = (f"\n\n{ERROR_MEANING}\n{s.compared} runs compared: {accuracy}; {s.not_fitting} do not "
+            f"fit in memory; {s.unmapped} not mapped")
     return table + tail
