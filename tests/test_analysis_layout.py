@@ -8,7 +8,7 @@ import pytest
 from tests.conftest import REPO
 
 ANALYSIS = REPO / "analysis"
-BASE = {"accuracy", "config", "step", "limits", "tables", "chrome_trace"}
+BASE = {"accuracy", "config", "step", "limits", "progress", "tables", "chrome_trace"}
 """Modules at the top of ``analysis/`` that every feature shares."""
 ALLOWED = {
     "base": {"base"},

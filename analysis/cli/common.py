@@ -45,13 +45,18 @@ def add_catalog_option(p: argparse.ArgumentParser) -> None:
                    help="extra hardware catalog directory or YAML file (repeatable)")
 
 
+def add_progress_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress on stderr: a bar on a terminal, a line every few seconds "
+                        "otherwise (default: on)")
+
+
 def add_parallel_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, metavar="N",
                    help="local worker processes (default: one per CPU)")
     p.add_argument("--dask", metavar="SCHEDULER_ADDRESS",
                    help="run on an existing Dask distributed cluster instead")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar (default: only when stderr is a terminal)")
+    add_progress_option(p)
 
 
 def _strict(value):

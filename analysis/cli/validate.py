@@ -5,7 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from clustersim.analysis.cli.common import add_catalog_option, add_command, output_path, write_json
+from clustersim.analysis.cli.common import (
+    add_catalog_option, add_command, add_progress_option, output_path, write_json,
+)
 from clustersim.analysis.validation.published import render_outcomes, summarize, validate_rows
 
 
@@ -17,6 +19,7 @@ def register(sub) -> None:
     ])
     p.add_argument("--runs", required=True, metavar="FILE.csv", help="published-runs table")
     p.add_argument("--json", type=output_path, metavar="OUT", help="write rows and summary as JSON")
+    add_progress_option(p)
     add_catalog_option(p)
     p.set_defaults(func=run)
 
@@ -24,7 +27,8 @@ def register(sub) -> None:
 def run(args) -> int:
     from clustersim.hardware_specs import load_catalog
 
-    outcomes = validate_rows(Path(args.runs), load_catalog(args.catalog))
+    outcomes = validate_rows(Path(args.runs), load_catalog(args.catalog),
+                             progress=args.progress)
     print(render_outcomes(outcomes))
     summary = summarize(outcomes)
     if args.json:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -25,6 +24,7 @@ from clustersim.workloads.strategy import CpAlgorithm, Offload, Recompute, Sched
 
 from clustersim.analysis.chrome_trace import chrome_trace
 from clustersim.analysis.limits import layer_passes
+from clustersim.analysis.progress import progress as show_progress
 from clustersim.analysis.config import RunConfig, config_from_mapping, config_path, read_yaml
 from clustersim.analysis.sweeps.executors import run_tasks
 from clustersim.analysis.sweeps.run_store import RunStore, atomic_write, manifest
@@ -159,7 +159,7 @@ def run_sweep(loaded: LoadedConfig, out: str | Path, *, workers: int = 1,
     options = replace(simulation_options(config), record=False)
     tasks = [(c.key, c.job, config.cluster, options) for c in todo]
     errors = 0
-    bar = _progress(len(tasks), progress)
+    bar = show_progress(len(tasks), "sweep", "point", progress)
     try:
         for key, metrics in run_tasks(evaluate, tasks, workers, dask_address):
             store.append_point(point_row(by_key[key], metrics))
@@ -185,14 +185,6 @@ def run_seed(config: RunConfig) -> int:
         if isinstance(value, Mapping) and isinstance(value.get("seed"), int):
             return value["seed"]
     return 0
-
-
-def _progress(total: int, enabled: bool | None):
-    """A tqdm bar on stderr, shown only when stderr is a terminal (unless forced)."""
-    from tqdm import tqdm
-    show = sys.stderr.isatty() if enabled is None else enabled
-    return tqdm(total=total, desc="sweep", unit="point", disable=not show, file=sys.stderr,
-                dynamic_ncols=True)
 
 
 def best_key(store: RunStore) -> str | None:

@@ -32,6 +32,7 @@ from clustersim.workloads.training import training_from_mapping
 
 from clustersim.analysis.accuracy import ERROR_MEANING, time_error
 from clustersim.analysis.config import RunConfig
+from clustersim.analysis.progress import progress as show_progress
 from clustersim.analysis.step import run_step, DEFAULT_OPTIONS
 from clustersim.analysis.tables import render
 
@@ -183,26 +184,33 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
     return RunConfig(job=job, cluster=cluster, catalog=catalog, name=_cell(row, "id"))
 
 
-def validate_rows(path: Path, catalog: Catalog,
-                  options: SimulationOptions = DEFAULT_OPTIONS) -> list[RowOutcome]:
+def validate_rows(path: Path, catalog: Catalog, options: SimulationOptions = DEFAULT_OPTIONS,
+                  progress: bool | None = False) -> list[RowOutcome]:
+    """Every run of the table, simulated; ``progress`` as ``analysis.progress`` takes it."""
     rows = list(csv.DictReader(io.StringIO(read_text(path, "--runs"), newline="")))
     if not rows:
         raise SpecError("--runs", f"{path} has no runs (expected a header and one row per run)")
     if "measured_step_time_s" not in rows[0]:
         raise SpecError("--runs", f"{path} lacks the measured_step_time_s column")
     outcomes = []
+    bar = show_progress(len(rows), "validate", "run", progress)
     for row in rows:
-        rid = _cell(row, "id", "?")
-        try:
-            measured = _measured(row)
-            config = row_config(row, catalog)
-        except (SpecError, ValueError) as err:
-            outcomes.append(RowOutcome(rid, math.nan, problem=str(err)))
-            continue
-        report = run_step(config, options=options)
-        outcomes.append(RowOutcome(rid, measured, report.result.step_time_s,
-                                   report.result.fits_in_memory, mfu=report.result.mfu))
+        outcomes.append(_outcome(row, catalog, options))
+        bar.update(1)
+    bar.close()
     return outcomes
+
+
+def _outcome(row: dict, catalog: Catalog, options: SimulationOptions) -> RowOutcome:
+    rid = _cell(row, "id", "?")
+    try:
+        measured = _measured(row)
+        config = row_config(row, catalog)
+    except (SpecError, ValueError) as err:
+        return RowOutcome(rid, math.nan, problem=str(err))
+    report = run_step(config, options=options)
+    return RowOutcome(rid, measured, report.result.step_time_s, report.result.fits_in_memory,
+                      mfu=report.result.mfu)
 
 
 @dataclass(frozen=True)
