@@ -271,14 +271,13 @@ def test_tensor_parallelism_inside_a_node_beats_tensor_parallelism_across_nodes(
     assert frame.iloc[0]["tokens_per_s"] > frame.iloc[1]["tokens_per_s"]
 
 
-def test_progress_bar_only_when_asked_or_on_a_terminal(tmp_path):
+def test_progress_in_a_file_is_lines_not_a_bar_and_no_progress_is_silent(tmp_path):
     cfg = write_config(tmp_path)
-    quiet = clustersim("sweep", str(cfg), "--out", str(tmp_path / "a"), "--workers", "1")
-    assert "point/s" not in quiet.stderr and "%|" not in quiet.stderr
-    shown = clustersim("sweep", str(cfg), "--out", str(tmp_path / "b"), "--workers", "1",
-                       "--progress")
-    assert "%|" in shown.stderr
-
+    quiet = clustersim("sweep", str(cfg), "--out", str(tmp_path / "a"), "--workers", "1",
+                       "--no-progress")
+    assert "sweep:" not in quiet.stderr and "%|" not in quiet.stderr
+    shown = clustersim("sweep", str(cfg), "--out", str(tmp_path / "b"), "--workers", "1")
+    assert "points (100%)" in shown.stderr and "%|" not in shown.stderr
 
 
 def test_a_sweep_keeps_the_configs_overlaps_where_a_candidate_can_have_them():
