@@ -73,7 +73,8 @@ def results_table(result: StudyResult) -> str:
         ("slowdown", _ci(s["slowdown_hours"], unit=" h")),
         ("time to train", _ci(ttt, digits=2, unit=" d") if ttt.mean != float("inf")
          else "not reached"),
-    ], title=f"Over {result.prepared.spec.days:g} days (mean of runs, 95% CI of the mean)")
+    ], title=f"Over {result.prepared.spec.days:g} days (mean of runs, 95% CI of the mean, "
+             f"Student's t over {len(result.runs)} runs)")
 
 
 def cause_table(result: StudyResult) -> str:

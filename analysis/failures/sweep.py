@@ -19,7 +19,7 @@ from clustersim.simulator.longrun.checkpointing import (
 )
 from clustersim.simulator.longrun.montecarlo import run_seeds
 
-from clustersim.analysis.failures.study import Z95, Prepared
+from clustersim.analysis.failures.study import Prepared, ci95_half
 
 POINTS = 9
 SPAN = 4.0
@@ -62,7 +62,7 @@ def sweep_policy(prepared: Prepared, seeds: int, workers: int = 1, points: int =
         runs = run_seeds(prepared.with_interval(interval).plan, seeds, prepared.spec.seed, workers)
         values = np.array([r.ettr for r in runs])
         ettr.append(float(values.mean()))
-        ci.append(Z95 * float(values.std(ddof=1)) / math.sqrt(seeds) if seeds > 1 else 0.0)
+        ci.append(ci95_half(values))
     best = int(np.argmax(ettr))
     fitted = fitted_optimum(grid, [1.0 - e for e in ettr])
     return {"policy": prepared.cost.policy.value, "intervals_s": grid, "ettr_mean": ettr,
