@@ -28,7 +28,11 @@ import math
 from dataclasses import dataclass
 
 from clustersim.hardware_specs import Dtype, OpClass
-from clustersim.hardware_specs.efficiency import ATTENTION_CLASSES
+from clustersim.workloads.fp8 import Fp8Casts
+from clustersim.workloads.kernels import Kernel
+from clustersim.workloads.kernels import backward_of as _backward_of
+from clustersim.workloads.kernels import elementwise as _elementwise
+from clustersim.workloads.kernels import gemm as _gemm
 from clustersim.workloads.model import LocalAttention, Mlp, Position, TransformerSpec
 from clustersim.workloads.routing import expert_load
 from clustersim.workloads.shards import vocab_rows
@@ -43,58 +47,11 @@ class Pass(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Kernel:
-    """One kernel: FLOPs, HBM bytes, and the GEMM shape (m x k by k x n, ``batch`` of them)."""
-
-    name: str
-    op_class: OpClass
-    flops: float
-    bytes: float
-    m: int = 0
-    n: int = 0
-    k: int = 0
-    batch: int = 1
-    dtype: Dtype = Dtype.BF16
-    """Arithmetic format that sets the peak rate (FP8 GEMMs under FP8 training)."""
-
-
-@dataclass(frozen=True, slots=True)
 class LayerWork:
     """A layer's kernels split where tensor-parallel communication sits between them."""
 
     attention: tuple[Kernel, ...]
     mlp: tuple[Kernel, ...]
-
-
-def _gemm(name: str, m: int, n: int, k: int, elem: float, dtype: Dtype, batch: int = 1) -> Kernel:
-    flops = 2.0 * m * n * k * batch
-    traffic = (m * k + k * n + m * n) * elem * batch
-    return Kernel(name, OpClass.MATMUL, flops, traffic, m, n, k, batch, dtype)
-
-
-def _elementwise(name: str, elements: float, passes: float, elem: float,
-                 op_class: OpClass = OpClass.ELEMENTWISE) -> Kernel:
-    """``passes``: tensors of ``elements`` read or written (a norm reads x, writes y: 2);
-    ``op_class`` TRANSCENDENTAL for exp/erf/tanh per element (activations, softmax, loss)."""
-    return Kernel(name, op_class, 0.0, elements * passes * elem)
-
-
-def _backward_of(kernels: tuple[Kernel, ...], elem: float) -> tuple[Kernel, ...]:
-    """Gradient kernels: for Y[m,n] = X[m,k] W[k,n], dX = dY W^T (m, k, inner n) and
-    dW = X^T dY (k, n, inner m); flash attention backward is 2.5x its forward (FA-2 sec. 4);
-    an element-wise kernel's backward reads its saved input and the incoming gradient and
-    writes the outgoing one: 1.5x the forward's traffic (3 passes for a 2-pass unary op)."""
-    out: list[Kernel] = []
-    for k in kernels:
-        if k.op_class is OpClass.MATMUL:
-            out.append(_gemm(f"{k.name}.dgrad", k.m, k.k, k.n, elem, k.dtype, k.batch))
-            out.append(_gemm(f"{k.name}.wgrad", k.k, k.n, k.m, elem, k.dtype, k.batch))
-        elif k.op_class in ATTENTION_CLASSES:
-            out.append(Kernel(f"{k.name}.bwd", k.op_class, 2.5 * k.flops, 2.0 * k.bytes,
-                              k.m, k.n, k.k, k.batch, k.dtype))
-        else:
-            out.append(Kernel(f"{k.name}.bwd", k.op_class, 2.0 * k.flops, 1.5 * k.bytes))
-    return tuple(out)
 
 
 class LayerOps:
@@ -109,6 +66,7 @@ class LayerOps:
         s = strategy
         self.tokens = training.micro_batch * training.seq_len // s.cp
         """Tokens of one micro-batch on one device's sequence shard."""
+        self.fp8 = Fp8Casts(training, strategy)
         self.norm_tokens = self.tokens // s.sequence_split
         """Tokens element-wise work runs on (sequence parallelism splits them over TP)."""
         self.expert_tokens = (self.norm_tokens * s.expert_tp
@@ -219,9 +177,8 @@ class LayerOps:
         out.append(_elementwise("unpermute", routed * m.hidden + T * m.hidden, 1, e))
         return out
 
-    def forward(self, layer: int | None = None) -> LayerWork:
-        """One layer's forward kernels on one device for one micro-batch (``layer``: which
-        layer, where layers differ; None: the last)."""
+    def _forward_plain(self, layer: int | None) -> LayerWork:
+        """The forward kernels before FP8 adds its casts."""
         m, s = self.model, self.strategy
         i = self._layer(layer)
         e, T, Tn, gd = self.elem, self.tokens, self.norm_tokens, self.gemm_dtype
@@ -235,23 +192,20 @@ class LayerOps:
         mlp = [_elementwise("norm2", Tn * m.hidden, 2, e)]
         mlp += self._moe_mlp() if m.is_moe_layer(i) else self._dense_mlp("", m.ffn_hidden, T)
         mlp.append(_elementwise("residual2", Tn * m.hidden, 3 + (1.5 if m.dropout else 0), e))
-        return LayerWork(self._with_fp8_casts(attn), self._with_fp8_casts(mlp))
+        return LayerWork(tuple(attn), tuple(mlp))
 
-    def _with_fp8_casts(self, kernels: list[Kernel]) -> tuple[Kernel, ...]:
-        """FP8 GEMMs read FP8 operands: each GEMM input and weight is cast, and transposed for
-        the backward GEMMs (Transformer Engine's cast-transpose: read 2 B, write 1 B twice)."""
-        fp8 = [k for k in kernels if k.op_class is OpClass.MATMUL and k.dtype is Dtype.FP8]
-        if not fp8:
-            return tuple(kernels)
-        elements = sum(k.batch * (k.m * k.k + k.k * k.n) for k in fp8)
-        return tuple(kernels) + (Kernel("fp8_cast_transpose", OpClass.ELEMENTWISE, 0.0,
-                                        4.0 * elements),)
+    def forward(self, layer: int | None = None) -> LayerWork:
+        """One layer's forward kernels on one device for one micro-batch, FP8 casts included
+        (``layer``: which layer, where layers differ; None: the last)."""
+        plain = self._forward_plain(layer)
+        return LayerWork(self.fp8.forward(plain.attention), self.fp8.forward(plain.mlp))
 
     def backward(self, layer: int | None = None) -> LayerWork:
         """Gradients of one layer: two GEMMs per forward GEMM, 2.5x for flash attention,
-        1.5x the traffic for element-wise kernels."""
-        fwd = self.forward(layer)
-        return LayerWork(_backward_of(fwd.attention, self.elem), _backward_of(fwd.mlp, self.elem))
+        1.5x the traffic for element-wise kernels, and the FP8 casts of output gradients."""
+        fwd = self._forward_plain(layer)
+        return LayerWork(self.fp8.backward(_backward_of(fwd.attention, self.elem)),
+                         self.fp8.backward(_backward_of(fwd.mlp, self.elem)))
 
     def recompute(self, layer: int | None = None) -> LayerWork:
         """Forward work redone in backward: the whole layer (full), the attention core

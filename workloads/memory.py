@@ -195,7 +195,7 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
         whole = max(layer_activation_bytes(model, training, kept, i) for i in plan.layer_ids)
         # Block recompute: the first recompute_layers of each chunk keep only their input.
         recomputed = st.recomputed_layers(plan.chunk_layers)
-        per_layer = (recomputed * per_layer + (plan.layers - recomputed) * whole) / plan.layers
+        per_layer = (recomputed * per_layer + (plan.layers - recomputed) * whole) / max(1, plan.layers)
         # The layer being recomputed holds its full activations during its backward.
         activations = inflight_layer_sets(plan, st, micro) * per_layer + whole
     else:

@@ -5,6 +5,11 @@ by at most one. The L mod C larger chunks go first to the middle chunks (1 .. C-
 then to chunk 0, then to chunk C-1: the first chunk also holds the embedding and the last the
 LM head, so they take the smaller share, as Llama 3 405B did (126 layers on 16 stages, one
 fewer on the first and the last; arXiv 2407.21783 sec. 3.3.2). ``layers_per_stage`` overrides.
+Megatron-Core's ``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``
+count the embedding and the loss as one layer each and split L + 1 (+ 1) evenly over the chunks
+(``get_num_layers_to_build`` in megatron/core/transformer/transformer_block.py): Llama 3.1 405B
+on PP16 with 8 virtual stages has 128 chunks of one layer, the first holding only the embedding
+and the last only the LM head and loss.
 Chunk c runs on stage c mod pp (Megatron's interleaved assignment).
 """
 
@@ -21,6 +26,11 @@ def chunk_layers(layers: int, strategy: Strategy) -> tuple[int, ...]:
     if strategy.layers_per_stage:
         return strategy.layers_per_stage
     chunks = strategy.chunks
+    if strategy.split_extra_layers:
+        sizes = [(layers + strategy.split_extra_layers) // chunks] * chunks
+        sizes[0] -= int(strategy.account_for_embedding_in_pipeline_split)
+        sizes[-1] -= int(strategy.account_for_loss_in_pipeline_split)
+        return tuple(sizes)
     base, extra = divmod(layers, chunks)
     sizes = [base] * chunks
     order = list(range(1, chunks - 1)) + [0, chunks - 1] if chunks > 1 else [0]

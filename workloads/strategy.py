@@ -135,6 +135,12 @@ class Strategy:
     """Memory tier that receives offloaded state ('' = the node's host DRAM)."""
     layers_per_stage: tuple[int, ...] = ()
     """Explicit layers per model chunk (pp x virtual_stages entries); empty: automatic."""
+    account_for_embedding_in_pipeline_split: bool = False
+    """Megatron-Core's flag: the embedding counts as one layer when the layers are split evenly
+    over the chunks, so the first chunk holds one transformer layer fewer (possibly none)."""
+    account_for_loss_in_pipeline_split: bool = False
+    """Megatron-Core's flag: the LM head and loss count as one layer; the last chunk holds one
+    transformer layer fewer (possibly none)."""
     zero3_granularity: Zero3Granularity = Zero3Granularity.LAYER
     zero3_prefetch: Zero3Prefetch = Zero3Prefetch.ALL
     overlap_param_gather: bool = False
@@ -172,6 +178,12 @@ class Strategy:
         """Model chunks of the whole pipeline (stages x virtual stages)."""
         return self.pp * self.virtual_stages
 
+    @property
+    def split_extra_layers(self) -> int:
+        """Non-transformer parts that count as layers in Megatron-Core's pipeline split."""
+        return (int(self.account_for_embedding_in_pipeline_split)
+                + int(self.account_for_loss_in_pipeline_split))
+
     def recomputes(self, position: int) -> bool:
         """Whether the layer at ``position`` within its model chunk recomputes in full."""
         return self.recompute is Recompute.FULL and (
@@ -190,6 +202,9 @@ class Strategy:
                 "recompute_layers": self.recompute_layers, "zero": self.zero,
                 "offload": self.offload.value, "offload_tier": self.offload_tier,
                 "layers_per_stage": list(self.layers_per_stage),
+                "account_for_embedding_in_pipeline_split":
+                    self.account_for_embedding_in_pipeline_split,
+                "account_for_loss_in_pipeline_split": self.account_for_loss_in_pipeline_split,
                 "zero3_granularity": self.zero3_granularity.value,
                 "zero3_prefetch": self.zero3_prefetch.value,
                 "overlap_param_gather": self.overlap_param_gather,
@@ -218,6 +233,9 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
         offload=f.choice("offload", Offload, Offload.NONE),
         offload_tier=f.text("offload_tier", ""),
         layers_per_stage=layers,
+        account_for_embedding_in_pipeline_split=f.boolean(
+            "account_for_embedding_in_pipeline_split", False),
+        account_for_loss_in_pipeline_split=f.boolean("account_for_loss_in_pipeline_split", False),
         zero3_granularity=f.choice("zero3_granularity", Zero3Granularity, Zero3Granularity.LAYER),
         zero3_prefetch=_prefetch(f),
         overlap_param_gather=f.boolean("overlap_param_gather", False),
@@ -329,6 +347,20 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
         if s.virtual_stages > 1 and m % s.pp:
             raise SpecError(f"{path}.schedule", f"interleaved needs micro-batches per pipeline "
                             f"({m}) divisible by pp={s.pp}")
+    units = model.layers + s.split_extra_layers
+    if s.split_extra_layers:
+        flag = (f"{path}.account_for_embedding_in_pipeline_split"
+                if s.account_for_embedding_in_pipeline_split
+                else f"{path}.account_for_loss_in_pipeline_split")
+        if s.layers_per_stage:
+            raise SpecError(flag, "cannot be combined with layers_per_stage (which says the "
+                            "split itself)")
+        if s.pp == 1:
+            raise SpecError(flag, "needs pp > 1")
+        if units % s.chunks:
+            raise SpecError(flag, f"model.layers + {s.split_extra_layers} = {units} is not "
+                            f"divisible by pp*virtual_stages = {s.chunks} (Megatron-Core "
+                            "splits them evenly)")
     if s.layers_per_stage:
         if len(s.layers_per_stage) != s.chunks:
             raise SpecError(f"{path}.layers_per_stage", f"has {len(s.layers_per_stage)} entries, "
@@ -336,9 +368,10 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
         if sum(s.layers_per_stage) != model.layers or min(s.layers_per_stage) < 1:
             raise SpecError(f"{path}.layers_per_stage", f"entries must be >= 1 and sum to "
                             f"model.layers={model.layers}, got {list(s.layers_per_stage)}")
-    elif model.layers < s.chunks:
+    elif units < s.chunks:
         raise SpecError(f"{path}.pp", f"pp*virtual_stages = {s.chunks} exceeds model.layers="
-                        f"{model.layers}")
+                        f"{model.layers}" + (f" + {s.split_extra_layers}"
+                                             if s.split_extra_layers else ""))
     if s.zero == 3 and s.pp > 1:
         raise SpecError(f"{path}.zero", "zero 3 with pp > 1 is not supported (as in Megatron and "
                         "DeepSpeed); use zero 1 with pipeline parallelism")

@@ -41,6 +41,24 @@ class Precision(enum.Enum):
         return self is not Precision.FP32
 
 
+class Fp8Recipe(enum.Enum):
+    """How FP8 GEMM operands get their scales: what extra element-wise work each cast costs.
+
+    Sources: Transformer Engine's recipes (``DelayedScaling``, ``Float8CurrentScaling``,
+    ``MXFP8BlockScaling``, TE 2.x ``transformer_engine.common.recipe``), torchao's float8
+    ``tensorwise`` scaling (torchtitan ``--float8``)."""
+
+    DELAYED = "delayed"
+    """Per-tensor scale from the amax history of earlier steps: the casting kernel records the
+    amax as it writes, so a norm can write its output in FP8 directly (TE ``LayerNormLinear``)."""
+    TENSORWISE = "tensorwise"
+    """Per-tensor current scaling (TE ``Float8CurrentScaling``, torchao tensorwise): the scale
+    needs the amax of the whole tensor first, one extra read of every tensor cast."""
+    MXFP8 = "mxfp8"
+    """Blackwell block scaling: one power-of-two scale per 32 elements, computed in the casting
+    pass; each operand is written row-wise and column-wise with its scales (OCP MX v1.0)."""
+
+
 class Optimizer(enum.Enum):
     ADAM = "adam"
 
@@ -69,6 +87,11 @@ class TrainingSpec:
     precision: Precision = Precision.BF16
     optimizer: Optimizer = Optimizer.ADAM
     attention: AttentionKernel = AttentionKernel.FLASH
+    fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED
+    """Scaling of FP8 GEMM operands (with ``precision: fp8`` only)."""
+    fp8_param_gather: bool = False
+    """Weights kept and all-gathered in FP8 (Megatron ``--fp8-param-gather``, FSDP2's float8
+    all-gather in torchtitan): no per-step weight cast, half the gathered bytes."""
     moe: MoeRouting = MoeRouting()
     """How a mixture of experts routes: capacity factor (dropless by default), expert skew."""
 
@@ -80,6 +103,7 @@ class TrainingSpec:
         return {"seq_len": self.seq_len, "global_batch": self.global_batch,
                 "micro_batch": self.micro_batch, "precision": self.precision.value,
                 "optimizer": self.optimizer.value, "attention": self.attention.value,
+                "fp8_recipe": self.fp8_recipe.value, "fp8_param_gather": self.fp8_param_gather,
                 "moe": {"capacity_factor": self.moe.capacity_factor,
                         "pad_to_capacity": self.moe.pad_to_capacity,
                         "expert_skew": self.moe.expert_skew}}
@@ -94,9 +118,15 @@ def training_from_mapping(data: Mapping, path: str = "training") -> TrainingSpec
         precision=f.choice("precision", Precision, Precision.BF16),
         optimizer=f.choice("optimizer", Optimizer, Optimizer.ADAM),
         attention=f.choice("attention", AttentionKernel, AttentionKernel.FLASH),
+        fp8_recipe=f.choice("fp8_recipe", Fp8Recipe, Fp8Recipe.DELAYED),
+        fp8_param_gather=f.boolean("fp8_param_gather", False),
         moe=_routing(f.sub("moe")),
     )
     f.done()
+    fp8_only = [k for k in ("fp8_recipe", "fp8_param_gather") if f.has(k)]
+    if fp8_only and spec.precision is not Precision.FP8:
+        raise SpecError(f"{path}.{fp8_only[0]}", f"needs precision: fp8, got "
+                        f"{spec.precision.value}")
     if spec.micro_batch > spec.global_batch:
         raise SpecError(f"{path}.micro_batch", f"{spec.micro_batch} exceeds "
                         f"{path}.global_batch={spec.global_batch}")

@@ -4,8 +4,9 @@ The CSV schema (one row per real run): id, source, model_name, layers, hidden, f
 kv_heads, vocab, mlp, seq_len, global_batch, micro_batch, gpu, num_gpus, gpus_per_node, tp, pp,
 dp, cp, ep, sequence_parallel, zero, recompute, virtual_stages, precision, measured_step_time_s,
 step_time_basis, measured_peak_memory_gib, notes; optional: recompute_layers, attention,
-zero3_granularity, zero3_prefetch, tp_comm_overlap, overlap_param_gather (absent: the software of
-the source's date, see ``software_of``; overlaps off), ep_dispatcher (absent: alltoall), etp
+zero3_granularity, zero3_prefetch, tp_comm_overlap, overlap_param_gather, fp8_recipe,
+fp8_param_gather (absent: the software of the source's date, see ``software_of``; overlaps off;
+delayed FP8 scaling with 16-bit weights), ep_dispatcher (absent: alltoall), etp
 (absent: tp), cp_algorithm and cp_a2a (absent: ring), and ``model``: a preset or bundled
 Hugging Face config (MoE, MLA) that replaces the architecture columns. An empty micro_batch means 1. Rows whose
 config does not fit in memory are reported apart; rows that cannot be mapped (unknown GPU, an
@@ -161,6 +162,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "micro_batch": _int(row, "micro_batch", 1),
         "precision": _cell(row, "precision", "bf16"),
         "attention": software.get("attention", "flash"),
+        **{key: _cell(row, key) for key in ("fp8_recipe", "fp8_param_gather") if _cell(row, key)},
     })
     v = _int(row, "virtual_stages", 1)
     strategy = strategy_from_mapping({
