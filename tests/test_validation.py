@@ -52,8 +52,24 @@ def test_torchtitan_fsdp2_runs_outside_the_dev_set_within_ten_percent(catalog):
     Llama 2 and 3 70B with full recompute, Llama 3 8B recomputing every other layer), never
     used to develop the model."""
     outcomes = validate_rows(REPO / "analysis/data/published_runs_torchtitan.csv", catalog)
-    assert len(outcomes) == 4
-    for o in outcomes:
+    a100 = [o for o in outcomes if "_h100_" not in o.id]
+    assert len(a100) == 4
+    for o in a100:
+        assert abs(o.error) <= 0.10, o
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="torchtitan's H100 benchmarks ran on Grand Teton H100 96GB "
+                   "HBM2e at a 500 W power limit, whose sustained clocks are not published (the "
+                   "source: 'the actual peak TFLOPs number is between SXM and NVL, and we don't "
+                   "know its exact value'); on the 700 W h100-sxm they come out 14-44% fast")
+def test_torchtitan_h100_runs_within_ten_percent(catalog):
+    """torchtitan's 2024-12 and 2025-06 H100 benchmarks: 70B FSDP 32 x TP 8 (BF16 and float8,
+    vanilla and async TP) and 405B FSDP 8 x TP 8 x PP 8 (1F1B, interleaved); all runnable."""
+    outcomes = validate_rows(REPO / "analysis/data/published_runs_torchtitan.csv", catalog)
+    h100 = [o for o in outcomes if "_h100_" in o.id]
+    assert len(h100) == 8 and all(o.predicted_s is not None for o in h100)
+    for o in h100:
         assert abs(o.error) <= 0.10, o
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from clustersim.workloads.model import Mlp, TransformerSpec
-from clustersim.workloads.shards import Shard, stage_shards, vocab_rows
+from clustersim.workloads.shards import ParamKind, Shard, stage_shards, vocab_rows
 from clustersim.workloads.stages import StagePlan, stage_plans
 from clustersim.workloads.strategy import (
     Offload, Recompute, Schedule, Strategy, Zero3Granularity, micro_batches,
@@ -166,8 +166,11 @@ def _state_bytes(shard: Shard, training: TrainingSpec, strategy: Strategy
     """(weights, gradients, optimizer, offloaded) bytes of ``shard`` on one device: ZeRO
     stages 1, 2, 3 shard the optimizer state, then the gradients, then the weights."""
     per, z = model_state_bytes(training), strategy.zero
-    weights = shard.resident(z >= 3) * per.weights
-    grads = shard.resident(z >= 2) * per.gradients
+    kept = strategy.fsdp_keeps_gathered      # gathered weights, unsharded gradients all step
+    # FP8 weights (Megatron --fp8-param-gather, torchao float8 parameters); tables stay 16-bit.
+    fp8 = training.fp8_param_gather and shard.kind is not ParamKind.VOCAB
+    weights = shard.resident(z >= 3 and not kept) * (1.0 if fp8 else per.weights)
+    grads = shard.resident(z >= 2 and not kept) * per.gradients
     optim = shard.resident(z >= 1) * per.optimizer
     offloaded = 0.0
     if strategy.offload in (Offload.OPTIMIZER, Offload.PARAMS):
@@ -219,7 +222,7 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
     comm = 0.0
     communicators = sum(1 for d in (st.tp, st.pp, st.dp, st.cp, st.ep) if d > 1)
     comm += communicators * NCCL_BUFFER_BYTES
-    if st.zero >= 3 or st.offload is Offload.PARAMS:
+    if (st.zero >= 3 and not st.fsdp_keeps_gathered) or st.offload is Offload.PARAMS:
         # Gathered 16-bit parameters of the current and the prefetched unit (a layer, or a
         # tensor), plus one unit's full gradient before its reduce-scatter.
         if st.zero3_granularity is Zero3Granularity.TENSOR:

@@ -184,6 +184,16 @@ class Strategy:
         return (int(self.account_for_embedding_in_pipeline_split)
                 + int(self.account_for_loss_in_pipeline_split))
 
+    @property
+    def fsdp_keeps_gathered(self) -> bool:
+        """FSDP (ZeRO-3) under pipeline parallelism as torchtitan runs it: a stage gathers its
+        parameters at its first forward and keeps them through every micro-batch
+        (``reshard_after_forward`` is False by default with PP), gradients accumulate unsharded
+        and are reduce-scattered in the last micro-batch's backward (FSDP2's
+        ``set_requires_gradient_sync`` is on only then): ZeRO-1's traffic and memory for
+        weights and gradients, ZeRO-3's sharded storage between steps."""
+        return self.zero >= 3 and self.pp > 1 and self.zero3_granularity is Zero3Granularity.LAYER
+
     def recomputes(self, position: int) -> bool:
         """Whether the layer at ``position`` within its model chunk recomputes in full."""
         return self.recompute is Recompute.FULL and (
@@ -372,9 +382,9 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
         raise SpecError(f"{path}.pp", f"pp*virtual_stages = {s.chunks} exceeds model.layers="
                         f"{model.layers}" + (f" + {s.split_extra_layers}"
                                              if s.split_extra_layers else ""))
-    if s.zero == 3 and s.pp > 1:
-        raise SpecError(f"{path}.zero", "zero 3 with pp > 1 is not supported (as in Megatron and "
-                        "DeepSpeed); use zero 1 with pipeline parallelism")
+    if s.zero == 3 and s.pp > 1 and s.zero3_granularity is Zero3Granularity.TENSOR:
+        raise SpecError(f"{path}.zero3_granularity", "tensor (DeepSpeed's 2020-21 ZeRO-3) does "
+                        "not run with pp > 1; FSDP's layer granularity does (torchtitan)")
     if s.offload is not Offload.NONE and s.zero == 0:
         raise SpecError(f"{path}.offload", f"{s.offload.value} offload needs zero >= 1 "
                         "(ZeRO-Offload partitions what it moves)")

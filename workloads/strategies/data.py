@@ -9,6 +9,11 @@ gathers, the optimizer step and its offload.
   layer prefetched) and its gradients reduce-scattered every micro-batch; the embedding and LM
   head form the root unit, gathered once per micro-batch. Per-tensor granularity is DeepSpeed's
   2020-21 ZeRO-3: one gather and one reduce-scatter per parameter tensor.
+- FSDP under pipeline parallelism (torchtitan): each layer gathered once per step, at the
+  stage's first forward, kept through every micro-batch, its gradients reduce-scattered in the
+  last micro-batch's backward (``Strategy.fsdp_keeps_gathered``).
+- FP8 weights (``training.fp8_param_gather``: Megatron's ``--fp8-param-gather``, FSDP2's float8
+  all-gather) are gathered in 1 byte; the vocabulary tables and gradients stay 16-bit.
 - Offload (ZeRO-Offload, ZeRO-Infinity): gradients to the host, the Adam step there, parameters
   back; offloaded parameters also come from the host before each gather.
 
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 from clustersim.workloads.axes import TIED_EMBEDDING_GROUP, Axis
 from clustersim.workloads.layer_ops import Pass
-from clustersim.workloads.shards import Shard, stage_shards
+from clustersim.workloads.shards import ParamKind, Shard, stage_shards
 from clustersim.workloads.strategies.program import StageProgram
 from clustersim.workloads.strategy import Offload, Zero3Granularity, Zero3Prefetch
 from clustersim.workloads.trace import CollectiveKind, CopyKind, Phase
@@ -36,6 +41,9 @@ class DataParallel:
         s = stage.strategy
         self.zero3 = s.zero >= 3 or s.offload is Offload.PARAMS
         self.per_tensor = self.zero3 and s.zero3_granularity is Zero3Granularity.TENSOR
+        self.keeps_gathered = s.fsdp_keeps_gathered
+        self.last_micro = stage.job.micro_batches - 1
+        self.fp8_weights = stage.job.training.fp8_param_gather
         self.gathers_updated = 1 <= s.zero <= 2 and s.dp * s.cp > 1
         """ZeRO-1/2 with data parallelism: every step all-gathers the updated parameters."""
         self.shards = stage_shards(stage.model, s, stage.plan)
@@ -48,22 +56,24 @@ class DataParallel:
         self._updated: set[int] = set()
 
     def _collectives(self, name: str, kind: CollectiveKind, shards: tuple[Shard, ...],
-                     deps: tuple[int, ...], per_rank_copies: bool = False) -> tuple[int, ...]:
+                     deps: tuple[int, ...], per_rank_copies: bool = False,
+                     weights: bool = False) -> tuple[int, ...]:
         """One collective per group of ranks that hold ``shards`` (their parameters summed, in
-        the compute dtype; the experts' one named ``.experts``), none over a group of one."""
-        groups: dict[str, Shard] = {}
+        the compute dtype, or FP8 for gathered ``weights`` of layers with ``fp8_param_gather``;
+        the experts' one named ``.experts``), none over a group of one."""
+        groups: dict[str, tuple[Shard, float]] = {}
         for shard in shards:
+            fp8 = weights and self.fp8_weights and shard.kind is not ParamKind.VOCAB
+            nbytes = shard.params * (1.0 if fp8 else self.stage.element_bytes)
             seen = groups.get(shard.group)
-            groups[shard.group] = shard if seen is None else Shard(
-                kind=seen.kind, params=seen.params + shard.params, group=seen.group,
-                ranks=seen.ranks)
+            groups[shard.group] = (shard, nbytes) if seen is None else (seen[0], seen[1] + nbytes)
         out = []
-        for group, shard in groups.items():
+        for group, (shard, nbytes) in groups.items():
             if shard.ranks > 1:
                 suffix = "" if group == Axis.DP.value else ".experts"
                 out.append(self.stage.ops.collective(
-                    f"{name}{suffix}", kind, shard.params * self.stage.element_bytes, Axis.DP,
-                    deps, group=group, per_rank_copies=per_rank_copies))
+                    f"{name}{suffix}", kind, nbytes, Axis.DP, deps, group=group,
+                    per_rank_copies=per_rank_copies))
         return tuple(out)
 
     # --- ZeRO-3 --------------------------------------------------------------------------
@@ -74,7 +84,8 @@ class DataParallel:
         regather = phase is Phase.RECOMPUTE and self.per_tensor
         if self.zero3 and (phase is Phase.FORWARD or regather):
             kind = Pass.FORWARD if phase is Phase.FORWARD else Pass.RECOMPUTE
-            out += self._gather_ahead(kind, micro, layer, layers)
+            # Kept gathered: every micro-batch waits for the first one's gather.
+            out += self._gather_ahead(kind, 0 if self.keeps_gathered else micro, layer, layers)
         if (phase is Phase.FORWARD and self.gathers_updated
                 and self.stage.strategy.overlap_param_gather):
             out += self._gather_updated(layer)
@@ -82,7 +93,9 @@ class DataParallel:
 
     def before_backward(self, micro: int, layer: int, layers: list[int]) -> tuple[int, ...]:
         """Gathers a layer's backward waits for."""
-        return self._gather_ahead(Pass.BACKWARD, micro, layer, layers) if self.zero3 else ()
+        if not self.zero3 or self.keeps_gathered:
+            return ()
+        return self._gather_ahead(Pass.BACKWARD, micro, layer, layers)
 
     def _gather_ahead(self, kind: Pass, micro: int, layer: int, layers: list[int]
                       ) -> tuple[int, ...]:
@@ -117,10 +130,11 @@ class DataParallel:
             deps = deps + tuple(self.grad_reductions[-1:])
             for i, tensor in enumerate(self.shards.tensors[layer]):
                 deps = self._collectives(f"{name}.t{i}", CollectiveKind.ALL_GATHER, (tensor,),
-                                         deps, per_rank_copies=True) or deps
+                                         deps, per_rank_copies=True, weights=True) or deps
             gathered = deps
         else:
-            gathered = self._collectives(name, CollectiveKind.ALL_GATHER, layer_shards, deps)
+            gathered = self._collectives(name, CollectiveKind.ALL_GATHER, layer_shards, deps,
+                                         weights=True)
         self._gathers[key] = gathered or (deps if s.offload is Offload.PARAMS else ())
         return self._gathers[key]
 
@@ -132,10 +146,14 @@ class DataParallel:
         return (root,) if self.zero3 and root else ()
 
     def gather_root(self, micro: int) -> tuple[int, ...]:
+        if self.keeps_gathered and micro > 0:
+            return ()
         return self._collectives(f"fwd{micro}.root.zero3_all_gather", CollectiveKind.ALL_GATHER,
                                  self._root_gathered(), self.stage.ops.after_compute())
 
     def reduce_root(self, micro: int) -> None:
+        if self.keeps_gathered and micro != self.last_micro:
+            return
         self.grad_reductions += self._collectives(
             f"bwd{micro}.root.zero3_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
             self._root_gathered(), self.stage.ops.after_compute())
@@ -152,7 +170,7 @@ class DataParallel:
             shards += (self.shards.root,)
         self._updated.add(layer)
         return self._collectives(f"layer{layer}.dp_param_all_gather", CollectiveKind.ALL_GATHER,
-                                 shards, ())
+                                 shards, (), weights=True)
 
     # --- gradients -------------------------------------------------------------------------
     def reduce_gradients(self, tag: str, layer: int, last_micro: bool) -> None:
@@ -166,7 +184,7 @@ class DataParallel:
                 self.grad_reductions += self._collectives(
                     f"{tag}.zero3_reduce_scatter.t{i}", CollectiveKind.REDUCE_SCATTER, (tensor,),
                     ready, per_rank_copies=True)
-        elif self.zero3:
+        elif self.zero3 and not self.keeps_gathered:
             self.grad_reductions += self._collectives(
                 f"{tag}.zero3_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
                 self.shards.layers[layer], ready)
@@ -207,4 +225,5 @@ class DataParallel:
             host = ops.copy("host_adam", CopyKind.HOST_COMPUTE, adam[0].bytes, (grads,))
             step = ops.copy("params_h2d", CopyKind.HOST_TO_DEVICE, local * 2.0, (host,))
         if self.gathers_updated and not s.overlap_param_gather:
-            self._collectives("dp_param_all_gather", CollectiveKind.ALL_GATHER, held, (step,))
+            self._collectives("dp_param_all_gather", CollectiveKind.ALL_GATHER, held, (step,),
+                              weights=True)

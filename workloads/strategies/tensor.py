@@ -8,11 +8,14 @@ gathers and reduce-scatters stream in tp chunks beside the GEMMs that consume an
 The vocabulary-parallel embedding and LM head reduce their partial outputs over TP, and the
 vocabulary-parallel cross-entropy all-reduces three FP32 values per token (Megatron's
 ``_VocabParallelCrossEntropy``: max logit, sum of exponentials, target logit).
+A block whose GEMMs run in FP8 gathers its input already cast, 1 byte per element (Transformer
+Engine's ``LayerNormLinear`` casts before the sequence-parallel all-gather; torchtitan's
+``Float8ColwiseParallel`` all-gathers in float8); its reduce-scatter stays 16-bit.
 """
 
 from __future__ import annotations
 
-from clustersim.hardware_specs import OpClass
+from clustersim.hardware_specs import Dtype, OpClass
 from clustersim.workloads.axes import Axis
 from clustersim.workloads.layer_ops import Kernel
 from clustersim.workloads.strategies.program import StageProgram
@@ -43,18 +46,28 @@ class TensorParallel:
             gemms = [i for i, k in enumerate(kernels) if k.op_class is OpClass.MATMUL]
             if gemms:
                 return self._overlapped_block(name, phase, kernels, deps, gemms[0], gemms[-1])
-        deps = self.gather_sequence(name, deps)
+        deps = self.gather_sequence(name, deps, self._gathered_bytes(kernels))
         op = self.stage.ops.compute(name, phase, kernels, deps)
         return self.reduce(name, (op,)) if self.degree > 1 else op
 
-    def gather_sequence(self, name: str, deps: tuple[int, ...]) -> tuple[int, ...]:
-        """Sequence parallelism's all-gather of a block's input (``deps`` unchanged without)."""
+    def gather_sequence(self, name: str, deps: tuple[int, ...], nbytes: float | None = None
+                        ) -> tuple[int, ...]:
+        """Sequence parallelism's all-gather of a block's input (``deps`` unchanged without);
+        ``nbytes``: the gathered bytes, the 16-bit activation by default."""
         if not self.sequence_parallel:
             return deps
         ops = self.stage.ops
-        gather = ops.collective(f"{name}.tp_all_gather", CollectiveKind.ALL_GATHER,
-                                self.stage.activation_bytes, Axis.TP, deps or ops.after_compute())
+        size = self.stage.activation_bytes if nbytes is None else nbytes
+        gather = ops.collective(f"{name}.tp_all_gather", CollectiveKind.ALL_GATHER, size,
+                                Axis.TP, deps or ops.after_compute())
         return deps + (gather,)
+
+    def _gathered_bytes(self, kernels: tuple[Kernel, ...]) -> float:
+        """The block input's gathered bytes: 1 per element when its GEMMs run in FP8."""
+        fp8 = any(k.op_class is OpClass.MATMUL and k.dtype is Dtype.FP8 for k in kernels)
+        if not fp8:
+            return self.stage.activation_bytes
+        return self.stage.activation_bytes / self.stage.element_bytes
 
     def reduce(self, name: str, deps: tuple[int, ...]) -> int:
         """The sum over TP of a block's (or a vocabulary-parallel layer's) partial output."""
@@ -84,10 +97,11 @@ class TensorParallel:
         ops = self.stage.ops
         nbytes = self.stage.activation_bytes
         chunk = nbytes / self.degree
+        gathered = self._gathered_bytes(kernels)
         gather = ops.collective(f"{name}.tp_all_gather.first_chunk", CollectiveKind.ALL_GATHER,
-                                chunk, Axis.TP, deps or ops.after_compute())
+                                gathered / self.degree, Axis.TP, deps or ops.after_compute())
         streamed = ops.collective(f"{name}.tp_all_gather.overlapped", CollectiveKind.ALL_GATHER,
-                                  nbytes - chunk, Axis.TP, (gather,))
+                                  gathered - gathered / self.degree, Axis.TP, (gather,))
         op = ops.compute(f"{name}.gemm_in", phase, kernels[:first + 1], deps + (gather,))
         if first + 1 < last:
             op = ops.compute(name, phase, kernels[first + 1:last], (op, streamed))
