@@ -4,6 +4,8 @@ device, too large to be a config, not UTF-8, not YAML."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -64,3 +66,14 @@ def _unreadable(err: Exception) -> str:
     if isinstance(err, RecursionError):
         return "nested too deeply to read"
     return f"a value cannot be read ({str(err).split(';')[0]})"
+
+
+def read_csv_rows(path: Path | str, field: str = "") -> list[dict[str, str]]:
+    """A CSV file's rows as mappings by header; a malformed record (an unclosed quote, a field
+    past the csv module's limit) is one line naming the file and the record."""
+    reader = csv.DictReader(io.StringIO(read_text(path, field), newline=""))
+    try:
+        return list(reader)
+    except csv.Error as err:
+        raise SpecError(field, f"{path}: near line {reader.line_num}: not valid CSV ({err})"
+                        ) from None

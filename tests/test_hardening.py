@@ -148,3 +148,20 @@ def test_a_layer_type_that_is_not_text_is_an_error_naming_it(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(SpecError, match="layer_types.*unknown layer type {'a': 1}"):
         from_hf_config(tmp_path / "config.json")
+
+
+def test_a_csv_record_past_the_field_limit_is_one_line(tmp_path):
+    from clustersim.hardware_specs.textfile import read_csv_rows
+    path = tmp_path / "runs.csv"
+    path.write_text("id,source\na," + "x" * 140_000 + "\n")
+    with pytest.raises(SpecError, match="--runs: .*not valid CSV"):
+        read_csv_rows(path, "--runs")
+
+
+def test_a_hundred_million_experts_are_refused_at_once():
+    from clustersim.workloads.model import MAX_EXPERTS, from_mapping
+    spec = {"name": "m", "layers": 2, "hidden": 256, "heads": 4, "vocab": 512, "mlp": "swiglu",
+            "ffn_hidden": 512, "top_k": 2}
+    with pytest.raises(SpecError, match="num_experts: expected an integer <= 16,384"):
+        from_mapping({**spec, "num_experts": 100_000_000})
+    assert from_mapping({**spec, "num_experts": MAX_EXPERTS}).num_experts == MAX_EXPERTS

@@ -503,7 +503,8 @@ def from_mapping(data: Mapping, path: str = "model") -> TransformerSpec:
         max_positions=f.integer("max_positions", d.get("max_positions", 2048), minimum=1),
         dropout=f.boolean("dropout", d.get("dropout", False)),
         embedding_norm=f.boolean("embedding_norm", d.get("embedding_norm", False)),
-        num_experts=f.integer("num_experts", d.get("num_experts", 1), minimum=1),
+        num_experts=f.integer("num_experts", d.get("num_experts", 1), minimum=1,
+                              maximum=MAX_EXPERTS),
         top_k=f.integer("top_k", d.get("top_k", 1), minimum=1),
         moe_ffn_hidden=f.integer("moe_ffn_hidden", d.get("moe_ffn_hidden", 0), minimum=0),
         **_moe_and_attention_fields(f, d),
@@ -514,6 +515,9 @@ def from_mapping(data: Mapping, path: str = "model") -> TransformerSpec:
 
 _INLINE_FIELDS = ("base",) + tuple(TransformerSpec.__dataclass_fields__)
 
+MAX_EXPERTS = 16_384
+"""Eight times the most experts published (Switch-C, 2,048); routing keeps an entry per
+expert, so 100000000 would run out of memory after a minute instead of failing at once."""
 MAX_LAYERS = 10_000
 """Fifty times the deepest published LLM; the trace holds every layer's ops, so a typo such as
 100000000 would otherwise fill memory before anything is printed."""

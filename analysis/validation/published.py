@@ -15,15 +15,13 @@ impossible strategy) are listed with the reason.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from clustersim.hardware_specs import Catalog, SpecError
-from clustersim.hardware_specs.textfile import read_text
+from clustersim.hardware_specs.textfile import read_csv_rows
 from clustersim.simulator import SimulationOptions
 from clustersim.workloads import Job
 from clustersim.workloads.model import TransformerSpec, from_mapping
@@ -189,7 +187,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
 def validate_rows(path: Path, catalog: Catalog, options: SimulationOptions = DEFAULT_OPTIONS,
                   progress: bool | None = False) -> list[RowOutcome]:
     """Every run of the table, simulated; ``progress`` as ``analysis.progress`` takes it."""
-    rows = list(csv.DictReader(io.StringIO(read_text(path, "--runs"), newline="")))
+    rows = read_csv_rows(path, "--runs")
     if not rows:
         raise SpecError("--runs", f"{path} has no runs (expected a header and one row per run)")
     if "measured_step_time_s" not in rows[0]:
