@@ -33,6 +33,7 @@ def test_packages_import_only_the_layers_below_them(package):
         assert not wrong, f"{path.relative_to(REPO)} imports {sorted(wrong)}"
 
 
+@pytest.mark.slow
 def test_code_imports_the_installed_namespace_only():
     for path in sorted(REPO.rglob("*.py")):
         if {".git", ".ci-venv", ".venv", "build"} & set(path.relative_to(REPO).parts):

@@ -229,6 +229,7 @@ def clustersim(*args):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_cli_fit_writes_a_loadable_profile(tmp_path):
     prof = tmp_path / "prof"
     prof.mkdir()
@@ -243,6 +244,7 @@ def test_cli_fit_writes_a_loadable_profile(tmp_path):
     assert json.loads(shown.stdout)["provenance"]["date"] == "2026-01-02T03:04:05Z"
 
 
+@pytest.mark.slow
 def test_cli_fit_without_measurements_exits_2(tmp_path):
     run = clustersim("calibrate", "fit", str(tmp_path), "--out", str(tmp_path / "x.yaml"))
     assert run.returncode == 2

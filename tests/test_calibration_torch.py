@@ -32,6 +32,7 @@ def reference():
     return measure(job(), Timing(steps=1, warmup=2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", [dict(dp=2), dict(dp=2, zero=3), dict(tp=2), dict(pp=2)],
                          ids=["dp2", "fsdp2", "tp2", "pp2"])
 def test_parallel_job_trains_exactly_like_one_process(reference, strategy):
@@ -80,6 +81,7 @@ def test_calibrate_all_end_to_end(tmp_path):
     assert (out / "report.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_validate_rejects_a_strategy_before_any_real_run():
     profile = REPO / "analysis" / "data" / "calibration" / "2026-11-30-amd-epyc-2-cores" / \
         "profile.yaml"

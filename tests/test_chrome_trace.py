@@ -16,6 +16,7 @@ def gpt3_result():
     return run_step(load_config(REPO / "examples/gpt3_175b_a100.yaml")).result
 
 
+@pytest.mark.slow
 def test_trace_follows_the_trace_event_format(gpt3_result, tmp_path):
     path = tmp_path / "t.json"
     write_chrome_trace(gpt3_result, path)
@@ -35,6 +36,7 @@ def test_trace_follows_the_trace_event_format(gpt3_result, tmp_path):
     assert last_end == pytest.approx(gpt3_result.step_time_s * 1e6, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_every_simulated_class_has_compute_and_communication_tracks(gpt3_result):
     events = chrome_trace(gpt3_result)["traceEvents"]
     threads = {(e["pid"], e["tid"]) for e in events if e["ph"] == "X"}

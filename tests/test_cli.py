@@ -14,6 +14,7 @@ def clustersim(*args, cwd=REPO):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_simulate_default_example_prints_summary_and_memory_table(tmp_path):
     out = tmp_path / "r.json"
     run = clustersim("simulate", "--json", str(out))
@@ -38,6 +39,7 @@ def test_simulate_default_example_prints_summary_and_memory_table(tmp_path):
     ("{tp: 8, pp: 2, dp: 2}", "error: strategy: dp*tp*pp*cp = 2*8*2*1 = 32 but cluster.num_gpus = 64"),
     ("{tp: 8, pp: 2, dp: 4, tpp: 3}", "error: strategy.tpp: unknown field; did you mean tp?"),
 ])
+@pytest.mark.slow
 def test_bad_config_exits_2_with_the_field_and_numbers(tmp_path, strategy, message):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(f"model: llama3-70b\ntraining: {{seq_len: 8192, global_batch: 512}}\n"
@@ -54,6 +56,7 @@ def test_bad_config_exits_2_with_the_field_and_numbers(tmp_path, strategy, messa
     (["--step-factor", "1"], "error: --step-factor: expected a factor above 1, got 1"),
     (["--step-factor", "1.0000001"], "gives more than 10000 sizes"),
 ])
+@pytest.mark.slow
 def test_collective_size_range_errors_instead_of_looping(args, message):
     run = clustersim("collective", "--gpu", "h100-sxm", "--gpus", "8", *args)
     assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr
@@ -88,6 +91,7 @@ BAD_INPUTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", BAD_INPUTS)
 def test_unreadable_or_non_finite_input_exits_2_naming_it(tmp_path, case):
     make, args, message = BAD_INPUTS[case]
@@ -96,12 +100,14 @@ def test_unreadable_or_non_finite_input_exits_2_naming_it(tmp_path, case):
         run.stderr
 
 
+@pytest.mark.slow
 def test_an_unwritable_output_exits_2_after_printing_the_result(tmp_path):
     run = clustersim("simulate", "examples/llama3_8b_fsdp.yaml", "--json", str(tmp_path))
     assert run.returncode == 2 and "step time" in run.stdout
     assert f"error: {tmp_path}: Is a directory" in run.stderr
 
 
+@pytest.mark.slow
 def test_validate_rejects_a_measured_time_of_zero_and_exits_2(tmp_path):
     rows = (REPO / "analysis/data/published_runs_dev.csv").read_text().splitlines()[:2]
     header = rows[0].split(",")
@@ -115,6 +121,7 @@ def test_validate_rejects_a_measured_time_of_zero_and_exits_2(tmp_path):
     assert "no run could be compared" in run.stderr
 
 
+@pytest.mark.slow
 def test_unknown_gpu_suggests_catalog_names(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("model: llama3-8b\ntraining: {seq_len: 2048, global_batch: 8}\n"
@@ -123,6 +130,7 @@ def test_unknown_gpu_suggests_catalog_names(tmp_path):
     assert run.returncode == 2 and "cluster.gpu: unknown device 'h100'" in run.stderr
 
 
+@pytest.mark.slow
 def test_hardware_list_and_show():
     listed = clustersim("hardware", "list")
     assert listed.returncode == 0 and "h100-sxm" in listed.stdout and "dgx-h100" in listed.stdout

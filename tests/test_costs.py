@@ -61,6 +61,7 @@ def test_failure_waste_is_youngs_optimum():
     assert slow.checkpoint_interval_s == 10 * e.checkpoint_interval_s and slow.waste > e.waste
 
 
+@pytest.mark.slow
 def test_compare_sets_clusters_side_by_side_and_reports_a_bad_variant(tmp_path):
     cfg = write_config(tmp_path, costs={"gpu_hour": 2.0})
     run = clustersim("compare", str(cfg), "--vary", "cluster.gpu=h100-sxm,b200,nope",
@@ -78,6 +79,7 @@ def test_compare_sets_clusters_side_by_side_and_reports_a_bad_variant(tmp_path):
     assert table.loc["b200", "cost_per_million_tokens"] > 0
 
 
+@pytest.mark.slow
 def test_report_of_a_comparison_folder(tmp_path):
     from clustersim.analysis.reports.sweep_report import build_report
     cfg = write_config(tmp_path, costs={"gpu_hour": 2.0})

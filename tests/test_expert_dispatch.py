@@ -104,6 +104,7 @@ def test_deepep_time_within_20_percent_of_its_published_h800_tables(catalog, row
     assert _predicted_s(catalog, row) == pytest.approx(_measured_s(row), rel=TOLERANCE)
 
 
+@pytest.mark.slow
 def test_deepep_tables_mean_error_under_10_percent(catalog):
     errors = [abs(_predicted_s(catalog, r) / _measured_s(r) - 1) for r in ROWS if r["id"] not in UNKNOWN]
     assert len(errors) == len(ROWS) - len(UNKNOWN)

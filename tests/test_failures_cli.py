@@ -40,6 +40,7 @@ failures:
 """
 
 
+@pytest.mark.slow
 def test_failures_command_writes_table_json_events_and_plots(tmp_path):
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(CONFIG)
@@ -68,6 +69,7 @@ def test_failures_command_writes_table_json_events_and_plots(tmp_path):
                                                  "lost_time_by_cause.png"}
 
 
+@pytest.mark.slow
 def test_same_seed_gives_the_same_json_whatever_the_workers(tmp_path):
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(CONFIG)
@@ -87,6 +89,7 @@ def test_same_seed_gives_the_same_json_whatever_the_workers(tmp_path):
     ("policy: elastic", "error: failures.recovery.policy: expected one of restart|hot_spare"),
     ("min_replicas: 2", "error: failures.recovery.min_replicas: 9 exceeds strategy.dp=4"),
 ])
+@pytest.mark.slow
 def test_bad_failures_section_exits_2_naming_the_field(tmp_path, edit, message):
     bad = {"interval: 10 min": "interval: sometimes", "policy: elastic": "policy: pray",
            "min_replicas: 2": "min_replicas: 9"}[edit]

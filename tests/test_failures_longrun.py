@@ -44,6 +44,7 @@ def mean_waste(runs) -> float:
     return float(np.mean([1.0 - r.ettr for r in runs]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mtbf_h, pause_s, restart_s, days", [(24.0, 60.0, 600.0, 200.0),
                                                                (6.0, 20.0, 0.0, 60.0)])
 def test_young_daly_optimum_and_waste(mtbf_h, pause_s, restart_s, days):
@@ -134,6 +135,7 @@ def test_replica_ft_loses_half_a_step_per_failure_and_keeps_training():
     assert mean_waste(runs) < 0.5 * mean_waste(restart)
 
 
+@pytest.mark.slow
 def test_elastic_continues_on_fewer_replicas_instead_of_waiting_for_repair():
     rec = replace(INSTANT, detection_s=60.0, reschedule_s=300.0, repair_time_s=12 * HOUR,
                   process_restart_s=120.0)
@@ -154,6 +156,7 @@ def in_memory_cost(pause=0.5, peer_load=5.0, storage_bg=300.0, storage_load=600.
                                                   load_s=storage_load, durable=True)))
 
 
+@pytest.mark.slow
 def test_in_memory_checkpoints_restore_from_peers_unless_a_domain_takes_them_too():
     """GEMINI: a failed node's state comes back from a peer's memory; when the failure takes
     the peer down as well (correlated, peer in the same rack) it falls back to storage."""

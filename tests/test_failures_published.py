@@ -33,6 +33,7 @@ def llama3_good():
     return run_study(prepare(config, spec), seeds=100, workers=2)
 
 
+@pytest.mark.slow
 def test_llama3_405b_interruptions_match_the_paper(llama3_good):
     """Llama 3 (arXiv 2407.21783) sec. 3.3.4: 419 unexpected interruptions in 54 days on 16,384
     H100; Table 5's counts put 268 of them (64.0%) on GPUs and their HBM."""
@@ -44,6 +45,7 @@ def test_llama3_405b_interruptions_match_the_paper(llama3_good):
     assert llama3_good.stats["planned"].mean == pytest.approx(47, rel=0.1)
 
 
+@pytest.mark.slow
 def test_llama3_405b_stated_policy_keeps_ettr_above_90_percent(llama3_good):
     """The paper reports higher than 90% effective training time. The example's stated policy:
     async checkpoints at Young's interval, 2-minute detection, hot spares, minutes to restart."""
@@ -51,6 +53,7 @@ def test_llama3_405b_stated_policy_keeps_ettr_above_90_percent(llama3_good):
     assert llama3_good.stats["time_to_train_days"].mean < 54 / 0.90
 
 
+@pytest.mark.slow
 def test_llama3_405b_slow_detection_and_3h_sync_checkpoints_fall_clearly_below():
     """Same failures, 30-minute detection and synchronous checkpoints every 3 h to the parallel
     file system, cold spares: each failure now costs ~1.5 h of lost work plus ~45 min down,
@@ -83,6 +86,7 @@ def test_bloom_176b_checkpoint_waste_is_near_1_3_percent(bloom):
     assert waste == pytest.approx(expected, rel=0.10)
 
 
+@pytest.mark.slow
 def test_bloom_176b_young_optimum_is_near_1_9_hours(bloom):
     """sqrt(2 x 40 s x 168 h) = 1.93 h; the simulated optimum (fit of waste over a sweep with
     common failures) within 10%."""

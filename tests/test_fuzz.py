@@ -6,6 +6,8 @@ import pytest
 
 from tests.fuzzing import KINDS, Outcome, cases, run_case
 
+pytestmark = pytest.mark.slow  # hundreds of generated configs through the CLI
+
 SEED, COUNT = 20261201, 120
 
 

@@ -43,6 +43,7 @@ def test_a_spec_error_raised_inside_a_simpy_process_reaches_the_user_as_itself()
     assert (again.field, again.message) == (err.value.field, err.value.message)
 
 
+@pytest.mark.slow
 def test_fp8_on_an_a100_is_a_one_line_error(tmp_path):
     proc = _simulate_8_gpus(tmp_path, "a100-80gb", "global_batch: 16, precision: fp8")
     assert proc.returncode == 2, proc.stderr
@@ -115,6 +116,7 @@ def test_oversubscription_is_bounded_by_name(catalog):
         config_from_mapping(raw)
 
 
+@pytest.mark.slow
 def test_a_step_over_the_work_budget_says_so_before_it_starts(tmp_path):
     proc = _simulate_8_gpus(tmp_path, "h100-sxm", "global_batch: 1048576")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -133,6 +135,7 @@ def test_the_work_budget_counts_what_the_engine_replays():
     assert layer_passes(tiny_job(Strategy(dp=4, zero=3))) < LAYER_PASS_BUDGET
 
 
+@pytest.mark.slow
 def test_a_collective_over_the_work_budget_says_so_at_once(tmp_path):
     proc = _cli("collective", "--gpu", "h100-sxm", "--gpus", "10000000", cwd=tmp_path)
     assert proc.returncode == 2 and "GPUs x sizes is 310,000,000" in proc.stderr

@@ -125,6 +125,7 @@ def test_a_key_that_changes_the_model_is_an_error_naming_it(tmp_path, name, chan
     assert message in str(err.value)
 
 
+@pytest.mark.slow
 def test_irrelevant_keys_are_accepted_and_unknown_ones_exit_2(tmp_path):
     path = _config(tmp_path, "qwen3-30b-a3b", bos_token_id=7, rope_scaling={"factor": 4.0})
     assert from_hf_config(path).parameters == resolve("qwen3-30b-a3b").parameters

@@ -44,6 +44,7 @@ def test_a_log_without_results_is_an_error():
         parse_log("# nThread 1 nGpus 8\n#  Rank  0 Group 0\nsomething else\n")
 
 
+@pytest.mark.slow
 def test_against_takes_ranks_and_gpus_per_thread_from_the_log(tmp_path):
     path = tmp_path / "a100.log"
     path.write_text(G8_LOG)
@@ -60,6 +61,7 @@ def test_against_takes_ranks_and_gpus_per_thread_from_the_log(tmp_path):
     assert "mean |error|" in run.stdout and "avg bus bandwidth" in run.stdout
 
 
+@pytest.mark.slow
 def test_against_the_bundled_h100_log_prints_each_sizes_error():
     run = clustersim("collective", "--gpu", "h100-sxm", "--gpus", "8",
                      "--against", "examples/nccl_tests_h100_p5.log")
@@ -68,6 +70,7 @@ def test_against_the_bundled_h100_log_prints_each_sizes_error():
     assert "over 32 sizes" in run.stdout
 
 
+@pytest.mark.slow
 def test_against_disagreeing_with_the_log_names_the_flag(tmp_path):
     path = tmp_path / "a100.log"
     path.write_text(G8_LOG)

@@ -11,6 +11,8 @@ from clustersim.analysis.validation.published import row_config
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow  # published runs of hundreds of GPUs, simulated in full
+
 RUNS = REPO / "analysis/data/published_runs_blackwell.csv"
 ROWS = {r["id"]: r for r in csv.DictReader(RUNS.open())}
 

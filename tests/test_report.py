@@ -32,6 +32,7 @@ def report(tmp_path_factory):
     return root / "out" / "report.html", files
 
 
+@pytest.mark.slow
 def test_report_is_self_contained_with_a_markdown_twin_and_figure_files(report):
     html_path, files = report
     html = html_path.read_text()
@@ -89,6 +90,7 @@ def test_report_loads_in_headless_chromium_with_images_and_no_console_errors(rep
         driver.quit()
 
 
+@pytest.mark.slow
 def test_report_of_a_folder_that_is_not_a_sweep_exits_2(tmp_path):
     from tests.test_sweep import clustersim
     run = clustersim("report", str(tmp_path), "--out", str(tmp_path / "r.html"))

@@ -22,6 +22,8 @@ from tests.conftest import REPO
 from clustersim.workloads.builder import build_trace
 from clustersim.workloads.strategy import Offload, Recompute, Strategy
 
+pytestmark = pytest.mark.slow  # whole sweeps run end to end (minutes in all)
+
 TINY = {
     "name": "tiny",
     "model": {"name": "tiny", "layers": 8, "hidden": 1024, "heads": 16, "vocab": 256},

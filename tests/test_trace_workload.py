@@ -21,6 +21,8 @@ from clustersim.workloads.trace import ComputeOp
 from clustersim.workloads.trace_import import import_files
 from clustersim.workloads.trace_import.scale import scale_data_parallel
 
+pytestmark = pytest.mark.slow  # recorded torch traces replayed end to end
+
 RECORDED = Path(__file__).resolve().parents[1] / "analysis" / "data" / "traces" / \
     "2026-12-01-amd-epyc-2-cores"
 
