@@ -11,8 +11,10 @@ import json
 from pathlib import Path
 
 from clustersim.simulator.result import StepResult
+from clustersim.workloads.trace import Stream
 
-STREAM_ORDER = ("compute", "tp", "cp", "ep", "pp", "dp", "copy")
+STREAM_ORDER = tuple(s.value for s in Stream)
+"""Threads of a rank class: compute, one per parallel axis, host copies."""
 
 
 def chrome_trace(result: StepResult) -> dict:

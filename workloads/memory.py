@@ -31,6 +31,7 @@ from clustersim.workloads.strategy import (
 from clustersim.workloads.training import AttentionKernel, TrainingSpec
 
 GIB = 2.0**30
+"""Bytes in a gibibyte (IEC 80000-13): the one memory unit of every output."""
 
 CONTEXT_RESERVE_BYTES = 1.0 * GIB
 """CUDA context, cuBLAS/cuDNN workspaces and NCCL's own state: PyTorch's CUDA-semantics notes

@@ -101,7 +101,7 @@ def op_from_dict(d: dict) -> Op:
     if kind in ("send", "recv"):
         cls = SendOp if kind == "send" else RecvOp
         return cls(group=str(d["group"]), peer=int(d["peer"]), bytes=float(d["bytes"]),
-                   tag=int(d["tag"]), stream=Stream(d.get("stream", "pp")), **common)
+                   tag=int(d["tag"]), stream=Stream(d.get("stream", Stream.PP.value)), **common)
     if kind == "copy":
         return CopyOp(kind=CopyKind(d["kind"]), bytes=float(d["bytes"]),
                       stream=Stream(d.get("stream", "copy")), **common)

@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the headless back
 from matplotlib.figure import Figure  # noqa: E402
 
 from clustersim.simulator.result import AXES  # noqa: E402
+from clustersim.workloads.memory import GIB  # noqa: E402
 
-GIB = 2.0**30
 PARTS = ("compute_s", *(f"exposed_{a}_s" for a in AXES), "bubble_s", "optimizer_s", "other_s")
 PART_LABELS = {"compute_s": "compute", "bubble_s": "pipeline bubble", "optimizer_s": "optimizer",
                "other_s": "other", **{f"exposed_{a}_s": f"exposed {a.upper()} comm" for a in AXES}}

@@ -7,8 +7,7 @@ from clustersim.workloads.strategy import Recompute
 
 from clustersim.analysis.step import StepReport
 from clustersim.analysis.tables import key_values, render
-
-GIB = 2.0**30
+from clustersim.workloads.memory import GIB
 
 
 def memory_table(report: StepReport) -> str:

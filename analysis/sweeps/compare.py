@@ -24,6 +24,7 @@ from clustersim.analysis.sweeps.ranking import ranking
 from clustersim.analysis.sweeps.run_store import COMPARE, atomic_write, to_csv
 from clustersim.analysis.step import run_step
 from clustersim.analysis.sweeps.runner import LoadedConfig, from_mapping, job_of_row, run_sweep, strategy_columns
+from clustersim.workloads.memory import GIB
 
 def parse_vary(items: Sequence[str]) -> list[tuple[str, list]]:
     """``cluster.gpu=h100-sxm,h200-sxm`` -> ``("cluster.gpu", ["h100-sxm", "h200-sxm"])``."""
@@ -124,7 +125,7 @@ def compare_one(name: str, raw: dict, base_dir: Path, catalog: Sequence[str], sw
             loaded = from_mapping(raw, base_dir, catalog)
             report = run_step(loaded.config)
             step = {**report.result.to_dict(),
-                    "peak_memory_gib": max(s.memory.total for s in report.memory) / 2.0**30}
+                    "peak_memory_gib": max(s.memory.total for s in report.memory) / GIB}
             return row_for(loaded, step, strategy_columns(loaded.config.job))
         loaded = from_mapping(raw, base_dir, catalog)
         outcome = run_sweep(loaded, sweep_dir, workers=workers, dask_address=dask_address,

@@ -39,10 +39,8 @@ from dataclasses import dataclass, replace
 from clustersim.hardware_specs import SpecError
 from clustersim.hardware_specs.fields import Fields, parse_enum
 from clustersim.workloads import Job
-from clustersim.workloads.memory import StageMemory
+from clustersim.workloads.memory import GIB, StageMemory
 from clustersim.workloads.strategy import CpAlgorithm, Offload, Recompute, Schedule, Strategy
-
-GIB = 2.0**30
 
 
 class Status(enum.Enum):

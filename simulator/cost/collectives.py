@@ -151,6 +151,18 @@ loop over the collective's channels). Only visible when one thread drives severa
 NVIDIA/nccl#347); values fitted to the 8x A100 -g 8 sweep (stas00), 32 KiB-4 MiB rows."""
 
 
+def bus_factor(kind: CollectiveKind, n: int) -> float:
+    """Bytes each of ``n`` ranks sends per byte of a collective's buffer on a ring: nccl-tests'
+    bus bandwidth factor (doc/PERFORMANCE.md, busbw = algbw x factor): all-reduce 2(n-1)/n,
+    all-gather, reduce-scatter and all-to-all (n-1)/n, anything else 1. The one home of the
+    ring factor."""
+    if kind is CollectiveKind.ALL_REDUCE:
+        return 2.0 * (n - 1) / n
+    if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_TO_ALL):
+        return (n - 1) / n
+    return 1.0
+
+
 def nccl_channels(proto: "Protocol", nbytes: float, n: int, channels: int) -> int:
     """Channels NCCL gives one ring collective of ``nbytes`` (enqueue.cc channel tuning)."""
     threshold = THREAD_THRESHOLD[proto] * (n if proto is Protocol.LL else 1)
@@ -362,9 +374,9 @@ class CollectivePlanner:
             return [Plan(Algorithm.DIRECT, Protocol.SIMPLE, lat, volume / self.scale_up,
                          tuple((l, u * nbytes / single) for l, u in unit))]
         if kind is CollectiveKind.ALL_REDUCE:
-            volume, steps, inter = 2.0 * (n - 1) / n * nbytes, 2 * (n - 1), 2 * (len(nodes) - 1)
+            volume, steps, inter = bus_factor(kind, n) * nbytes, 2 * (n - 1), 2 * (len(nodes) - 1)
         elif kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):
-            volume, steps, inter = (n - 1) / n * nbytes, n - 1, len(nodes) - 1
+            volume, steps, inter = bus_factor(kind, n) * nbytes, n - 1, len(nodes) - 1
         elif kind is CollectiveKind.BROADCAST:
             volume, steps, inter = nbytes, n - 1, len(nodes) - 1
         else:  # RING_EXCHANGE: one step of a ring, every rank to its successor
@@ -397,7 +409,7 @@ class CollectivePlanner:
                             nbytes / (node.scale_up_bandwidth * node.nvls_efficiency), ()))
         if kind is CollectiveKind.ALL_REDUCE and multi and self.cluster.fabric.in_network_reduction:
             unit = self.collnet_unit_loads(instances)
-            intra = 2.0 * (per_node - 1) / per_node * nbytes / self.scale_up if per_node > 1 else 0.0
+            intra = bus_factor(kind, per_node) * nbytes / self.scale_up if per_node > 1 else 0.0
             lat = (HOP_LATENCY_US[Hop.NET][Algorithm.COLLNET][Protocol.SIMPLE]
                    + 2 * (per_node - 1) * HOP_LATENCY_US[self.intra_hop][Algorithm.RING][Protocol.SIMPLE]) * 1e-6
             out.append(Plan(Algorithm.COLLNET, Protocol.SIMPLE, lat, intra,

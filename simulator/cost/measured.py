@@ -10,7 +10,7 @@ fit for, keep the analytic model.
 from __future__ import annotations
 
 from clustersim.hardware_specs.measured_comm import AlphaBeta, CommOp
-from clustersim.simulator.cost.collectives import Algorithm, Plan, Protocol
+from clustersim.simulator.cost.collectives import Algorithm, Plan, Protocol, bus_factor
 from clustersim.simulator.cost.network import Instances, NetworkModel
 from clustersim.workloads.trace import CollectiveKind, Dispatcher, TokenRouting
 
@@ -24,16 +24,15 @@ _OP_OF_KIND = {
 }
 
 
+_KIND_OF_OP = {op: kind for kind, op in _OP_OF_KIND.items()}
+
+
 def ring_steps_and_traffic(op: CommOp, n: int) -> tuple[int, float]:
-    """(steps, per-rank bytes per byte of buffer) of the ring algorithm on ``n`` ranks
-    (nccl-tests doc/PERFORMANCE.md bus factors; send/recv: one step, the whole message)."""
-    if op is CommOp.ALL_REDUCE:
-        return 2 * (n - 1), 2.0 * (n - 1) / n
-    if op in (CommOp.ALL_GATHER, CommOp.REDUCE_SCATTER, CommOp.ALL_TO_ALL):
-        return n - 1, (n - 1) / n
-    if op is CommOp.BROADCAST:
-        return n - 1, 1.0
-    return 1, 1.0
+    """(steps, per-rank bytes per byte of buffer) of the ring algorithm on ``n`` ranks: the bus
+    factor (``collectives.bus_factor``), in 2(n-1) steps for all-reduce, n-1 for the other
+    collectives, one for a send/recv."""
+    steps = {CommOp.ALL_REDUCE: 2 * (n - 1), CommOp.SEND_RECV: 1}.get(op, n - 1)
+    return steps, bus_factor(_KIND_OF_OP[op], n)
 
 
 def measured_time(fit: AlphaBeta, op: CommOp, n: int, nbytes: float) -> float:

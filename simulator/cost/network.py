@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from clustersim.hardware_specs import ClusterSpec
 from clustersim.hardware_specs.topology import Topology
 from clustersim.simulator.cost.collectives import (
-    COPY_KERNEL_S, Algorithm, CollectivePlanner, Plan, Protocol,
+    COPY_KERNEL_S, Algorithm, CollectivePlanner, Plan, Protocol, bus_factor,
 )
 from clustersim.simulator.cost.expert_dispatch import ExpertDispatchPlanner
 from clustersim.simulator.cost.interfaces import Instances
@@ -75,11 +75,3 @@ class NetworkModel:
         """One send/recv between two devices, alone on the fabric."""
         return self.p2p_plan(nbytes, [(src, dst)]).time(self.topology)
 
-
-def bus_factor(kind: CollectiveKind, n: int) -> float:
-    """nccl-tests' bus bandwidth factor (doc/PERFORMANCE.md): busbw = algbw x factor."""
-    if kind is CollectiveKind.ALL_REDUCE:
-        return 2.0 * (n - 1) / n
-    if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_TO_ALL):
-        return (n - 1) / n
-    return 1.0

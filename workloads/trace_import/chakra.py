@@ -27,6 +27,7 @@ import json
 from collections.abc import Mapping, Sequence
 
 from clustersim.hardware_specs import OpClass, SpecError
+from clustersim.workloads.axes import Axis
 from clustersim.workloads.layer_ops import Kernel
 from clustersim.workloads.trace import (
     CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, GroupSet, Op, Phase, Program,
@@ -213,10 +214,10 @@ def program_from_nodes(nodes: list[dict], ext: Mapping, rank: int, file: str,
             if kind is None:
                 raise SpecError(where, f"collective type {a.get('comm_type')} (et_def.proto "
                                 "CollectiveCommType) has no counterpart here")
-            group = str(a.get("comm_group", "dp"))
+            group = str(a.get("comm_group", Axis.DP.value))
             used.add(group)
             ops.append(CollectiveOp(i, n["name"], kind, float(a["comm_size"]), group,
-                                    Stream(stream_of or "dp"), deps))
+                                    Stream(stream_of or Stream.DP.value), deps))
         elif t in (5, 6):
             send = t == 5
             peer = _int(n, "comm_dst" if send else "comm_src")
