@@ -69,17 +69,20 @@ def test_the_issue_example_gathers_what_the_memory_model_shards(ep):
         experts_held * (1 - ep / 8) + (whole.memory.weights - experts_held) * (1 - 1 / 8))
 
 
-GRID = [(tp, ep, zero, pp) for tp, ep, zero, pp in itertools.product((1, 2), (1, 2, 4), (0, 1, 2, 3),
-                                                                     (1, 2))
-        if not (zero == 3 and pp > 1)]
+GRID = [(tp, etp, ep, zero, pp)
+        for tp, etp, ep, zero, pp in itertools.product((1, 2), (0, 1), (1, 2, 4, 8), (0, 1, 2, 3),
+                                                       (1, 2))
+        if not (zero == 3 and pp > 1) and not (etp and tp == 1) and ep * (etp or tp) <= 4 * tp]
 
 
-@pytest.mark.parametrize("tp, ep, zero, pp", GRID)
-def test_what_the_trace_moves_plus_what_a_device_keeps_is_the_whole_state(tp, ep, zero, pp):
+@pytest.mark.parametrize("tp, etp, ep, zero, pp", GRID)
+def test_what_the_trace_moves_plus_what_a_device_keeps_is_the_whole_state(tp, etp, ep, zero, pp):
     """For every stage: the gradient reductions of a step (ZeRO-3: of one micro-batch) carry
     what ZeRO-2 leaves unsharded, and ZeRO-3's gathers of one forward and ZeRO-1/2's gather of
-    the updated parameters bring what the memory model shards."""
-    job = _job(RICH_MOE, Strategy(tp=tp, dp=4, ep=ep, zero=zero, pp=pp))
+    the updated parameters bring what the memory model shards (etp = 1: experts folded over the
+    stage apart from attention's TP, Megatron-Core's parallel folding)."""
+    job = _job(RICH_MOE, Strategy(tp=tp, etp=etp, dp=4, ep=ep, zero=zero, pp=pp,
+                                  sequence_parallel=tp > 1 and etp > 0))
     trace = build_trace(job)
 
     def memory(z):

@@ -44,9 +44,11 @@ class DataParallel:
         self.keeps_gathered = s.fsdp_keeps_gathered
         self.last_micro = stage.job.micro_batches - 1
         self.fp8_weights = stage.job.training.fp8_param_gather
-        self.gathers_updated = 1 <= s.zero <= 2 and s.dp * s.cp > 1
-        """ZeRO-1/2 with data parallelism: every step all-gathers the updated parameters."""
         self.shards = stage_shards(stage.model, s, stage.plan)
+        self.gathers_updated = 1 <= s.zero <= 2 and any(
+            shard.ranks > 1 for shard in self.shards.by_group().values())
+        """ZeRO-1/2 with parameters shared by several ranks: every step all-gathers the
+        updated parameters."""
         self.root_parts = tuple((name, part) for name, part in (
             ("embedding", self.shards.embedding), ("head", self.shards.head)) if part)
         """This stage's vocabulary-side parameters (embedding, LM head), by part."""
