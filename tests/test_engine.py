@@ -147,6 +147,7 @@ def test_deepspeed_era_zero3_reduces_per_tensor_and_gathers_after_a_device_sync(
     """Per-tensor ZeRO-3 as DeepSpeed ran it in 2021: one reduce-scatter per parameter from a
     list of per-rank slices (a copy per rank), and every gather waits for the reduce-scatters
     in flight (``torch.cuda.synchronize()`` before each per-parameter all-gather)."""
+    from clustersim.workloads.shards import layer_tensors
     from clustersim.workloads.strategy import Zero3Granularity, Zero3Prefetch
     from clustersim.workloads.trace import CollectiveKind, CollectiveOp
     job = tiny_job(Strategy(dp=8, zero=3, zero3_granularity=Zero3Granularity.TENSOR,
@@ -154,7 +155,7 @@ def test_deepspeed_era_zero3_reduces_per_tensor_and_gathers_after_a_device_sync(
     ops = build_trace(job).programs[0].ops
     coll = [o for o in ops if isinstance(o, CollectiveOp)]
     rs = [o for o in coll if o.kind is CollectiveKind.REDUCE_SCATTER and ".layer" in o.name]
-    tensors = len(job.model.layer_tensors())
+    tensors = len(layer_tensors(job.model, 0))
     assert len(rs) == job.model.layers * tensors and all(o.per_rank_copies for o in rs)
     # The backward gather of layer 0 (after layer 1's backward) waits for layer 1's last
     # reduce-scatter, not only for the compute before it.

@@ -244,18 +244,6 @@ class TransformerSpec:
             return base + self.router_params + shared, self.routed_expert_params
         return base + self.mlp_params(self.ffn_hidden), 0
 
-    def tp_replicated_params(self, layer: int) -> int:
-        """Parameters of layer ``layer`` every tensor-parallel rank holds whole: the two norms,
-        MLA's down-projections and latent norms (Megatron-Core keeps them unsplit) and a MoE
-        layer's router."""
-        whole = 2 * self.norm_params
-        if self.is_mla:
-            tensors = self.attention_tensors()
-            whole += sum(tensors[:2] if self.q_lora_rank else ()) + sum(tensors[-4:-2])
-        if self.is_moe_layer(layer):
-            whole += self.router_params
-        return whole
-
     def layer_total(self, layer: int) -> int:
         return sum(self.layer_parts(layer))
 
@@ -284,24 +272,6 @@ class TransformerSpec:
     @property
     def layer_params(self) -> float:
         return self.dense_layer_params + self.expert_layer_params
-
-    def layer_tensors(self) -> tuple[int, ...]:
-        """Sizes of a layer's parameter tensors in the usual module order (norm, attention,
-        norm, MLP or router, shared and routed experts): what per-tensor ZeRO-3 gathers one by
-        one. A mixture of experts gives its MoE layer."""
-        h = self.hidden
-        norm = (h, h) if self.norm is Norm.LAYERNORM and self.bias else (h,)
-        out: list[int] = list(norm) + list(self.attention_tensors()) + list(norm)
-        if not self.is_moe:
-            return tuple(out + list(self.mlp_tensors(self.ffn_hidden)))
-        out.append(h * self.num_experts)
-        if self.router_bias:
-            out.append(self.num_experts)
-        for _ in range(self.shared_experts):
-            out += self.mlp_tensors(self.shared_ffn)
-        for _ in range(self.num_experts):
-            out += self.mlp_tensors(self.expert_ffn)
-        return tuple(out)
 
     # --- the whole model -----------------------------------------------------------------
     @property
