@@ -25,6 +25,8 @@ class NicKind(enum.Enum):
     IB_NDR = "ib_ndr"
     IB_XDR = "ib_xdr"
     ROCE = "roce"
+    EFA = "efa"
+    """AWS Elastic Fabric Adapter (SRD transport; NCCL runs it through the aws-ofi-nccl plugin)."""
     ETHERNET = "ethernet"
     LOOPBACK = "loopback"
 

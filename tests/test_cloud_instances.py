@@ -1,0 +1,97 @@
+"""Cloud instances in the catalog: each one simulates, and the published EFA nccl-tests sweeps
+replayed against the network model (issue 19, item 1)."""
+
+import csv
+import math
+
+import pytest
+
+from clustersim.analysis.api import simulate
+from clustersim.analysis.validation.collectives import measure
+from clustersim.hardware_specs.node import NicKind
+
+from tests.conftest import REPO
+
+CLOUD = {"aws-p4d-24xlarge": "a100-40gb", "aws-p4de-24xlarge": "a100-80gb",
+         "aws-p5-48xlarge": "h100-sxm", "aws-p5en-48xlarge": "h200",
+         "aws-p6-b200-48xlarge": "b200", "azure-nd-h100-v5": "h100-sxm"}
+
+
+@pytest.mark.parametrize("name", sorted(CLOUD))
+def test_cloud_node_is_sourced_and_matches_its_device(catalog, name):
+    node = catalog.nodes[name]
+    assert node.source and node.device == CLOUD[name]
+    assert node.host_memory in catalog.memory_tiers and node.local_storage in catalog.memory_tiers
+
+
+def test_aws_instances_carry_the_published_efa_bandwidth(catalog):
+    # EC2 accelerated-computing network table: p4d "4x 100 Gigabit"; p5, p5en, p6-b200 "3200
+    # Gigabit" over 32, 16 and 8 network cards.
+    gbps = {n: catalog.nodes[n].network_bandwidth * 8 / 1e9 for n in CLOUD if n.startswith("aws")}
+    assert gbps == pytest.approx({"aws-p4d-24xlarge": 400, "aws-p4de-24xlarge": 400,
+                                  "aws-p5-48xlarge": 3200, "aws-p5en-48xlarge": 3200,
+                                  "aws-p6-b200-48xlarge": 3200})
+    assert all(catalog.nodes[n].nic_kind is NicKind.EFA for n in gbps)
+
+
+@pytest.mark.parametrize("name", sorted(CLOUD))
+def test_each_cloud_node_simulates_a_two_node_fsdp_step(name):
+    config = {"name": f"cloud-{name}", "model": "llama3-8b",
+              "training": {"seq_len": 2048, "global_batch": 16, "micro_batch": 1,
+                           "precision": "bf16"},
+              "strategy": {"dp": 16, "zero": 3},
+              "cluster": {"gpu": CLOUD[name], "num_gpus": 16, "node": name}}
+    row = simulate(config).iloc[0]
+    assert math.isfinite(row["step_time_s"]) and row["step_time_s"] > 0
+    assert row["exposed_dp_s"] >= 0
+
+
+# ---- published EFA sweeps (analysis/data/collectives_multinode_sweeps.csv), 2 nodes x 8 GPUs
+ROWS = list(csv.DictReader((REPO / "analysis/data/collectives_multinode_sweeps.csv").open()))
+SYSTEMS = {"AWS p4d.24xlarge": "aws-p4d-24xlarge", "AWS p4de.24xlarge": "aws-p4de-24xlarge",
+           "AWS p5.48xlarge": "aws-p5-48xlarge"}
+SOURCES = {"awsdocs/aws-deep-learning-amis": "dlami-2021", "AWS DLAMI Developer Guide": "dlami-live",
+           "aws-efa-eks": "eks-2022", "awsome-distributed-training": "awsome-2024"}
+
+
+# Rows the model misses, by mechanism (measured on this commit; the errors print on failure):
+#  - p5: the model gives each GPU one NIC (topology.location: one rail per GPU), so 24 of p5's
+#    32 EFA cards are idle and busbw stops at 92 GB/s against 487 measured. NCCL spreads a
+#    GPU's channels over its 4 EFA devices; the topology has no NIC-per-GPU multiplicity.
+#  - p4d/p4de from 64 MiB (DLAMI live page, awsome 2024): busbw 73-78 GB/s exceeds the 50 GB/s
+#    of 4x100 Gb/s, which only a 2-node tree reaches (half the ring's inter-node bytes); the
+#    model's chooser picks the ring (46 GB/s). The 2021/2022 runs (older NCCL) stay near ring.
+#  - below 64 MiB: EFA is Simple-protocol only with a per-message cost the model lacks; it is
+#    2-4x too fast there (no protocol field is read by the network model yet).
+WITHIN = {  # the rows the model meets today; every other row is a strict xfail
+    "aws-p4d-24xlarge-dlami-live-32MiB", "aws-p4d-24xlarge-dlami-live-64MiB",
+    "aws-p4de-24xlarge-awsome-2024-32MiB", "aws-p4de-24xlarge-awsome-2024-64MiB",
+    "aws-p4d-24xlarge-eks-2022-512MiB", "aws-p4d-24xlarge-eks-2022-1024MiB",
+    "aws-p4d-24xlarge-eks-2022-2048MiB", "aws-p4d-24xlarge-eks-2022-4096MiB",
+    "aws-p5-48xlarge-awsome-2024-4MiB", "aws-p5-48xlarge-awsome-2024-8MiB",
+    "aws-p5-48xlarge-awsome-2024-16MiB"}  # -29.9%: inside 30% by a hair
+MISSING = ("model lacks a mechanism: several NICs per GPU (p5), the 2-node tree NCCL picks on "
+           "p4d, EFA's Simple-only per-message cost (see the comment above)")
+
+
+def _efa_rows():
+    for r in ROWS:
+        system = next((n for s, n in SYSTEMS.items() if r["system"].startswith(s)), None)
+        if system and int(r["message_bytes"]) >= 2**20:
+            src = next(v for k, v in SOURCES.items() if k in r["source"])
+            rid = f"{system}-{src}-{int(r['message_bytes']) >> 20}MiB"
+            marks = () if rid in WITHIN else pytest.mark.xfail(strict=True, reason=MISSING)
+            yield pytest.param(r, system, id=rid, marks=marks)
+
+
+@pytest.mark.parametrize(("row", "system"), list(_efa_rows()))
+def test_efa_sweep_busbw_within_15_percent_from_64_mib_and_30_from_1_mib(catalog, row, system):
+    """busbw of a 2 x 8 GPU all_reduce on the instance, against the published nccl-tests line."""
+    size = int(row["message_bytes"])
+    cluster = catalog.cluster(device=catalog.nodes[system].device, num_devices=int(row["gpus"]),
+                              node=system)
+    predicted = measure(cluster, row["collective"], int(row["gpus"]), float(size)).busbw_gbps
+    measured = float(row["busbw_gbps"])
+    print(f"{system} {size >> 20} MiB: measured {measured:.2f} GB/s, model {predicted:.2f} GB/s, "
+          f"error {predicted / measured - 1:+.1%}")
+    assert predicted == pytest.approx(measured, rel=0.15 if size >= 64 * 2**20 else 0.30)
