@@ -57,20 +57,25 @@ class Topology:
         self.cluster = cluster
         node = cluster.node
         self.devices_per_node = cluster.devices_per_node
-        self.nics_per_node = max(1, round(node.nic_count * self.devices_per_node
-                                          / node.devices_per_node)) if node.nic_count else 0
+        physical_nics = max(1, round(node.nic_count * self.devices_per_node
+                                     / node.devices_per_node)) if node.nic_count else 0
+        # More NICs than GPUs (AWS p5: 32 EFA cards for 8 GPUs): each GPU drives its own group
+        # of NICs as one device (aws-ofi-nccl's multi-rail striping), modelled as one NIC of the
+        # group's bandwidth; the group's k rails count as one rail of k leaves.
+        self.nics_per_device = max(1, physical_nics // self.devices_per_node)
+        self.nics_per_node = physical_nics // self.nics_per_device
         fabric = cluster.fabric
         self.rail_optimized = fabric.kind is FabricKind.RAIL_OPTIMIZED
-        self.nodes_per_leaf = fabric.nodes_per_leaf(self.nics_per_node or 1)
+        self.nodes_per_leaf = fabric.nodes_per_leaf(physical_nics or 1)
         self.leaves_per_rail_group = 1 if not self.rail_optimized else self.nics_per_node
         leaf_tier = fabric.tiers[0]
-        nic_bw = node.nic_bandwidth * node.nic_efficiency
+        nic_bw = node.nic_bandwidth * node.nic_efficiency * self.nics_per_device
         self.nic_capacity = nic_bw
         ports = self.nodes_per_leaf * (1 if self.rail_optimized else self.nics_per_node)
         self.leaf_capacity = ports * nic_bw / leaf_tier.oversubscription
         if len(fabric.tiers) > 2:
             spine = fabric.tiers[1]
-            self.leaves_per_pod = max(1, spine.down_ports)
+            self.leaves_per_pod = max(1, spine.down_ports // self.nics_per_device)
             self.pod_capacity = self.leaves_per_pod * self.leaf_capacity / spine.oversubscription
         else:
             self.leaves_per_pod = math.inf
