@@ -80,6 +80,9 @@ class NodeSpec:
     x86 hosts, 2 us on AMD x86, 1 us elsewhere (NCCL ``src/graph/tuning.cc``,
     ``getNetOverhead``). Every step of a ring that crosses nodes waits for one (three with the
     Simple protocol), and an all-to-all posts one send and one receive per remote peer."""
+    net_simple_protocol_only: bool = False
+    """The network transport carries only NCCL's Simple protocol (no LL/LL128 across nodes):
+    AWS EFA, where the aws-ofi-nccl plugin sets ``NCCL_PROTO=simple`` on its platforms."""
     collective_latency_s: float = 0.0
     """Measured per-step latency of a collective inside this node (e.g. gloo over shared
     memory, from calibration); 0 means NCCL's own latency model (``src/graph/tuning.cc``)."""
@@ -124,6 +127,7 @@ def read_node(f: Fields) -> NodeSpec:
         scale_up_efficiency=f.number("scale_up_efficiency", 0.85, minimum=0.05, maximum=1.0),
         nic_efficiency=f.number("nic_efficiency", 0.92, minimum=0.05, maximum=1.0),
         net_post_overhead_s=f.quantity("net_post_overhead", Quantity.TIME, 1e-6),
+        net_simple_protocol_only=f.boolean("net_simple_protocol_only", False),
         collective_latency_s=f.quantity("collective_latency", Quantity.TIME, 0.0, positive=False),
         measured_comm=read_measured_comm(f.sub("measured_comm")),
         comm_in_training=f.number("comm_in_training", 1.0, minimum=0.5, maximum=4.0),

@@ -390,6 +390,8 @@ class CollectivePlanner:
         # channel, so a GPU sends (g-1)/g of its ring volume over NVLink with g per node.
         nvlink_share = (per_node - 1) / per_node if multi else 1.0
         for proto in Protocol:
+            if multi and proto is not Protocol.SIMPLE and self.cluster.node.net_simple_protocol_only:
+                continue
             eff = self._protocol_efficiency(proto, len(nodes), per_node)
             loads = tuple((l, u * volume / (eff * single)) for l, u in ring)
             reduce_eff = REDUCTION_EFFICIENCY if reducing else 1.0
