@@ -19,7 +19,7 @@ from tests.conftest import REPO
 CLOUD = {"aws-p4d-24xlarge": "a100-40gb", "aws-p4de-24xlarge": "a100-80gb",
          "aws-p5-48xlarge": "h100-sxm", "aws-p5en-48xlarge": "h200",
          "aws-p6-b200-48xlarge": "b200", "azure-nd-h100-v5": "h100-sxm",
-         "gcp-a3-ultragpu-8g": "h200", "gcp-a4-highgpu-8g": "b200"}
+         "gcp-a3-ultragpu-8g": "h200", "gcp-a4-highgpu-8g": "b200", "azure-nd-gb200-v6": "gb200"}
 
 
 @pytest.mark.parametrize("name", sorted(CLOUD))
