@@ -111,9 +111,12 @@ def run_case(case: Case, folder: Path, limit_s: int = 60) -> Result:
         detail = err.getvalue().strip()[-300:]
     if outcome is Outcome.OK and code not in OK_CODES:
         outcome, detail = Outcome.TRACEBACK, f"exit status {code}"
-    if outcome is Outcome.OK and code == 2 and len(err.getvalue().strip().splitlines()) > 1 \
-            and "usage:" not in err.getvalue():
-        outcome, detail = Outcome.TRACEBACK, "error of more than one line: " + err.getvalue()[:300]
+    errors = [ln for ln in err.getvalue().splitlines() if ln.startswith("error:")]
+    if outcome is Outcome.OK and code == 2 and "usage:" not in err.getvalue() and \
+            (len(errors) != 1 or "Traceback" in err.getvalue()):
+        # progress lines may come first (a long command reports them on stderr); the error
+        # itself is one line
+        outcome, detail = Outcome.TRACEBACK, "not one error line: " + err.getvalue()[-300:]
     return Result(case, outcome, code, seconds, detail)
 
 

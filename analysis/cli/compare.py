@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from clustersim.hardware_specs import SpecError
+
 from clustersim.analysis.cli.common import add_catalog_option, add_command, add_parallel_options, output_path
 from clustersim.analysis.reports.comparison import table
 from clustersim.analysis.sweeps.compare import compare
@@ -36,4 +38,7 @@ def run(args) -> int:
     print(table(rows))
     if args.out:
         print(f"\nwrote {Path(args.out) / COMPARE}")
-    return 0 if any(not r.get("problem") for r in rows) else 2
+    if all(r.get("problem") for r in rows):
+        raise SpecError("configs", f"none of the {len(rows)} configurations could be compared "
+                                   f"(first: {rows[0]['problem']})")
+    return 0
