@@ -15,7 +15,7 @@ LINE_EVERY_S = 10.0
 
 class LineProgress:
     """``label: 120/540 points (22%), 35 s, about 2 min left`` every ``every_s`` seconds and
-    once at the end."""
+    once at the end of a run that lasted that long."""
 
     def __init__(self, total: int, label: str, unit: str, stream: TextIO,
                  every_s: float = LINE_EVERY_S, clock: Callable[[], float] = time.monotonic):
@@ -32,8 +32,11 @@ class LineProgress:
             self._line(now)
 
     def close(self) -> None:
-        if self.total:
-            self._line(self.clock())
+        """The last line, for a run long enough to have needed one (a quick run stays quiet,
+        so its one-line error stays one line)."""
+        now = self.clock()
+        if self.total and (self.last > self.start or now - self.start >= self.every_s):
+            self._line(now)
 
     def _line(self, now: float) -> None:
         elapsed = now - self.start
@@ -62,7 +65,7 @@ def progress(total: int, label: str, unit: str, enabled: bool | None = None,
     if stream.isatty():
         from tqdm import tqdm
         return tqdm(total=total, desc=label, unit=unit, file=stream, dynamic_ncols=True)
-    return LineProgress(total, label, unit, stream)
+    return LineProgress(total, label, unit, stream, every_s=LINE_EVERY_S)
 
 
 def _duration(seconds: float) -> str:

@@ -30,12 +30,25 @@ def test_lines_come_every_few_seconds_with_the_count_and_the_time_left():
                      "sweep: 4/10 points (40%), 12 s, about 18 s left"]
 
 
+def test_a_run_shorter_than_the_interval_prints_nothing():
+    stream, clock = io.StringIO(), Clock()
+    bar = LineProgress(3, "validate", "run", stream, every_s=10.0, clock=clock)
+    for _ in range(3):
+        clock.now += 1.0
+        bar.update()
+    bar.close()
+    assert stream.getvalue() == ""
+
+
 def test_a_file_gets_lines_a_terminal_a_bar_and_no_progress_gets_nothing():
     assert isinstance(progress(5, "sweep", "point", None, io.StringIO()), LineProgress)
     assert isinstance(progress(5, "sweep", "point", False, io.StringIO()), NoProgress)
 
 
-def test_sweep_and_validate_report_progress_on_stderr_when_it_is_not_a_terminal(capsys, tmp_path):
+def test_sweep_and_validate_report_progress_on_stderr_when_it_is_not_a_terminal(
+        capsys, tmp_path, monkeypatch):
+    import clustersim.analysis.progress as progress_module
+    monkeypatch.setattr(progress_module, "LINE_EVERY_S", 0.0)
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump({
         "model": {"name": "tiny", "layers": 2, "hidden": 256, "heads": 4, "vocab": 128},
@@ -57,4 +70,4 @@ def test_sweep_and_validate_report_progress_on_stderr_when_it_is_not_a_terminal(
         writer.writerows(rows)
     assert main(["validate", "--runs", str(table)]) == 2
     out, err = capsys.readouterr()
-    assert err.splitlines()[0].startswith("validate: 2/2 runs (100%)") and "validate:" not in out
+    assert "validate: 2/2 runs (100%)" in err and "validate:" not in out
