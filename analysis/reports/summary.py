@@ -82,8 +82,13 @@ def summary(report: StepReport) -> str:
     cfg, r = report.config, report.result
     job, cluster = cfg.job, cfg.cluster
     s = job.strategy
-    strategy = (f"TP{s.tp} PP{s.pp} DP{s.dp}" + (f" CP{s.cp}" if s.cp > 1 else "")
+    cp_variant = ("" if s.cp_algorithm.value == "ring" else f" {s.cp_algorithm.value}"
+                  + (f"({s.cp_a2a})" if s.cp_a2a else ""))
+    strategy = (f"TP{s.tp} PP{s.pp} DP{s.dp}" + (f" CP{s.cp}{cp_variant}" if s.cp > 1 else "")
                 + (f" EP{s.ep}" if s.ep > 1 else "")
+                + (f" ETP{s.etp}" if s.ep > 1 and s.etp and s.etp != s.tp else "")
+                + (f" ({s.ep_dispatcher.value})" if s.ep > 1 and s.ep_dispatcher.value != "alltoall"
+                   else "")
                 + f", {s.schedule.value}" + (f" v={s.virtual_stages}" if s.virtual_stages > 1 else "")
                 + f", recompute {s.recompute.value}"
                 + (f" (first {s.recompute_layers} layers of each chunk)"

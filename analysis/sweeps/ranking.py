@@ -94,10 +94,13 @@ def write_ranking(run_dir: str | Path, frame) -> Path:
 
 
 def strategy_label(row) -> str:
-    """``TP8 PP2 DP4 mb1 1f1b selective ZeRO-1`` (CP, virtual stages, offload when used)."""
+    """``TP8 PP2 DP4 mb1 1f1b selective ZeRO-1`` (CP with its variant, virtual stages, offload
+    when used)."""
     parts = [f"TP{row['tp']}", f"PP{row['pp']}", f"DP{row['dp']}"]
     if int(row["cp"]) > 1:
-        parts.append(f"CP{row['cp']}")
+        algorithm, a2a = row.get("cp_algorithm") or "ring", int(row.get("cp_a2a") or 0)
+        parts.append(f"CP{row['cp']}" + ("" if algorithm == "ring" else f":{algorithm}")
+                     + (f"({a2a})" if a2a else ""))
     parts.append(f"mb{row['micro_batch']}")
     sched = row["schedule"] + (f"x{row['virtual_stages']}" if int(row["virtual_stages"]) > 1 else "")
     parts += [sched, f"rc:{row['recompute']}", f"ZeRO-{row['zero']}"]
