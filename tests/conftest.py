@@ -18,6 +18,17 @@ from clustersim.workloads import Job, Strategy, TrainingSpec
 from clustersim.workloads.model import from_mapping
 
 REPO = Path(__file__).resolve().parents[1]
+SOURCE_FOLDERS = ("hardware_specs", "workloads", "simulator", "analysis", "tests", "benchmarks",
+                  "examples", "docs")
+
+
+def project_python_files() -> list[Path]:
+    """Every Python file of the project: the root's and its folders', never one of a virtual
+    environment or a build that happens to sit in the checkout (CI's .ci-venv does)."""
+    files = list(REPO.glob("*.py"))
+    for folder in SOURCE_FOLDERS:
+        files += (REPO / folder).rglob("*.py")
+    return sorted(files)
 
 settings.register_profile("ci", max_examples=10, deadline=None, derandomize=True, database=None,
                           suppress_health_check=[HealthCheck.too_slow])

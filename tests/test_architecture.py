@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, project_python_files
 
 LAYERS = ["hardware_specs", "workloads", "simulator", "analysis"]
 
@@ -35,9 +35,7 @@ def test_packages_import_only_the_layers_below_them(package):
 
 @pytest.mark.slow
 def test_code_imports_the_installed_namespace_only():
-    for path in sorted(REPO.rglob("*.py")):
-        if {".git", ".ci-venv", ".venv", "build"} & set(path.relative_to(REPO).parts):
-            continue
+    for path in project_python_files():
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
