@@ -67,13 +67,7 @@ class Fields:
 
     def integer(self, key: str, default: object = _MISSING, minimum: int | None = None,
                 maximum: int | None = None) -> int:
-        value = self.raw(key, default)
-        if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(value) or int(value) != value):
-            raise SpecError(self.at(key), f"expected an integer, got {shown(value)}")
-        if abs(value) > LARGEST_INTEGER:
-            raise SpecError(self.at(key), f"expected an integer of at most 2**53, got {shown(value)}")
-        value = int(value)
+        value = whole_number(self.raw(key, default), self.at(key))
         if minimum is not None and value < minimum:
             raise SpecError(self.at(key), f"expected an integer >= {minimum}, got {value}")
         if maximum is not None and value > maximum:
@@ -84,6 +78,7 @@ class Fields:
                maximum: float | None = None) -> float:
         value = self.raw(key, default)
         if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or isinstance(value, int) and abs(value) > 1e300     # an int past a float
                 or not math.isfinite(value)):
             raise SpecError(self.at(key), f"expected a finite number, got {shown(value)}")
         value = float(value)
@@ -178,6 +173,17 @@ def did_you_mean(name: str, choices) -> str:
     """``"; did you mean a, b?"`` (or nothing) for an error message."""
     close = close_names(name, choices)
     return f"; did you mean {', '.join(close)}?" if close else ""
+
+
+def whole_number(value: object, field: str, words: str = "an integer") -> int:
+    """``value`` as an int: an int, or a float without fraction, of at most 2**53 (a bool is
+    not a number; an int too large for a float is refused before any float arithmetic)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
+        raise SpecError(field, f"expected {words}, got {shown(value)}")
+    if abs(value) > LARGEST_INTEGER:
+        raise SpecError(field, f"expected {words} of at most 2**53, got {shown(value)}")
+    return int(value)
 
 
 def parse_enum(enum_type: type[E], value: object, field: str) -> E:

@@ -168,3 +168,27 @@ def test_a_hundred_million_experts_are_refused_at_once():
     with pytest.raises(SpecError, match="num_experts: expected an integer <= 16,384"):
         from_mapping({**spec, "num_experts": 100_000_000})
     assert from_mapping({**spec, "num_experts": MAX_EXPERTS}).num_experts == MAX_EXPERTS
+
+
+def test_integers_too_large_for_a_float_are_refused_by_name():
+    with pytest.raises(SpecError, match="n_routed_experts: expected an integer of at most 2\\*\\*53"):
+        Fields({"n_routed_experts": 10**400}).integer("n_routed_experts")
+    with pytest.raises(SpecError, match="ratio: expected a finite number"):
+        Fields({"ratio": 10**400}).number("ratio")
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"interleave_moe_layer_step": 0}, "interleave_moe_layer_step.*expected 1 or more"),
+    ({"no_rope_layers": 4}, "no_rope_layers.*expected a list"),
+])
+def test_bad_llama4_layer_patterns_are_errors_naming_the_key(tmp_path, change, expected):
+    import json
+
+    from clustersim.workloads.model_sources import from_hf_config
+    from tests.conftest import REPO
+    cfg = json.loads((REPO / "workloads" / "hf_configs" / "llama4-scout.json").read_text())
+    target = cfg.get("text_config", cfg)
+    target.update(change)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(SpecError, match=expected):
+        from_hf_config(tmp_path / "config.json")

@@ -13,14 +13,13 @@ vision encoder's parameter count), GPT-2, BLOOM, MPT, OPT.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
 from clustersim.hardware_specs import SpecError
 from clustersim.hardware_specs.errors import shown
-from clustersim.hardware_specs.fields import did_you_mean
+from clustersim.hardware_specs.fields import did_you_mean, whole_number
 from clustersim.hardware_specs.textfile import load_json
 from clustersim.workloads.model import (
     PRESETS, LocalAttention, Mlp, Norm, Position, TransformerSpec, from_mapping,
@@ -267,6 +266,8 @@ class _HfConfig:
         ``intermediate_size_mlp``; chunked attention on the rotary layers, global on the
         NoPE ones."""
         step = self.whole("interleave_moe_layer_step", 1)
+        if step < 1:
+            raise SpecError(self.where("interleave_moe_layer_step"), f"expected 1 or more, got {step}")
         layers = values["layers"]
         listed = self.get("moe_layers")
         expected = list(range(step - 1, layers, step))
@@ -283,6 +284,9 @@ class _HfConfig:
             # Empty no_rope_layers: every no_rope_layer_interval-th layer is NoPE (default 4,
             # Llama4TextConfig), and NoPE layers attend globally.
             no_rope = self.get("no_rope_layers", [])
+            if not isinstance(no_rope, list):
+                raise SpecError(self.where("no_rope_layers"), f"expected a list of 0/1 flags, "
+                                f"got {shown(no_rope)}")
             if no_rope:
                 every = _period([not bool(x) for x in no_rope], self.where("no_rope_layers"))
             else:
@@ -374,11 +378,8 @@ def _llama4_vision_params(v: dict, text_hidden: int, path: Path) -> int:
 
 
 def _whole(value: object, where: str) -> int:
-    """A count from config.json: a whole number (JSON has no NaN; 2.9 layers is a typo)."""
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or int(value) != value):
-        raise SpecError(where, f"expected a whole number, got {value!r:.40}")
-    return int(value)
+    """A count from config.json: a whole number (2.9 layers is a typo)."""
+    return whole_number(value, where, "a whole number")
 
 
 def bundled_config(name: str) -> Path:
