@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from clustersim.hardware_specs import SpecError
 from clustersim.workloads.trace import (
-    CollectiveKind, CollectiveOp, GroupSet, Program, RecvOp, SendOp, Trace, validate,
+    CollectiveKind, CollectiveOp, GroupSet, RecvOp, SendOp, Trace, validate,
 )
 
 EXTRAPOLATION_LIMIT = 8
