@@ -217,14 +217,19 @@ def build_trace(job: Job) -> Trace:
     layout = ParallelLayout(tp=s.tp, cp=s.cp, dp=s.dp, pp=s.pp, ep=s.ep if m.is_moe else 1,
                             etp=s.expert_tp, cp_a2a=s.cp_a2a or 1)
     programs = []
+    replicas = job.replicas()
     per_stage = layout.world_size // s.pp
     for plan in stage_plans(m, s):
-        ranks = tuple(range(plan.stage * per_stage, (plan.stage + 1) * per_stage))
-        ops = StageBuilder(job, plan).run()
-        mem = stage_memory(m, job.training, s, plan).memory
-        static = mem.weights + mem.gradients + mem.optimizer + mem.comm_buffers
-        programs.append(Program(f"stage{plan.stage}", ranks, ops,
-                                static_memory_bytes=static, peak_memory_bytes=mem.total))
+        stage_ranks = range(plan.stage * per_stage, (plan.stage + 1) * per_stage)
+        for part, members in replicas:
+            ranks = tuple(r for r in stage_ranks if layout.coords(r)[Axis.DP] in members)
+            ops = StageBuilder(part, plan).run()
+            mem = stage_memory(m, part.training, part.strategy, plan).memory
+            static = mem.weights + mem.gradients + mem.optimizer + mem.comm_buffers
+            name = f"stage{plan.stage}" + (
+                f".batch{part.training.global_batch // s.dp}" if len(replicas) > 1 else "")
+            programs.append(Program(name, ranks, ops,
+                                    static_memory_bytes=static, peak_memory_bytes=mem.total))
     trace = Trace(
         world_size=layout.world_size,
         programs=tuple(programs),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clustersim.workloads.layer_ops import model_flops_per_token, recompute_flops_per_token
 from clustersim.workloads.stages import chunk_layers
@@ -23,6 +23,20 @@ class Job:
         check(self.model)
         check_strategy(self.strategy, self.model, self.training, world_size)
         return self
+
+    def replicas(self) -> tuple[tuple["Job", tuple[int, ...]], ...]:
+        """The distinct per-replica jobs and the data-parallel replicas that run each: one
+        job when the batch is even; with ``strategy.replica_batch``, a replica that runs b
+        samples runs what an even job of dp x b samples gives each replica."""
+        s = self.strategy
+        if not s.replica_batch:
+            return ((self, tuple(range(s.dp))),)
+        out = []
+        for batch in sorted(set(s.replica_batch)):
+            training = replace(self.training, global_batch=batch * s.dp)
+            job = Job(self.model, training, replace(s, replica_batch=()))
+            out.append((job, tuple(i for i, b in enumerate(s.replica_batch) if b == batch)))
+        return tuple(out)
 
     @property
     def micro_batches(self) -> int:

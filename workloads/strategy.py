@@ -135,6 +135,11 @@ class Strategy:
     """Memory tier that receives offloaded state ('' = the node's host DRAM)."""
     layers_per_stage: tuple[int, ...] = ()
     """Explicit layers per model chunk (pp x virtual_stages entries); empty: automatic."""
+    replica_batch: tuple[int, ...] = ()
+    """Samples each data-parallel replica processes per step (dp entries, multiples of
+    ``training.micro_batch``, summing to ``training.global_batch``): uneven data parallelism,
+    as HAP's sharding ratios give a faster device a larger share of the batch (Zhang et al.,
+    EuroSys'24). Empty: global_batch / dp each."""
     account_for_embedding_in_pipeline_split: bool = False
     """Megatron-Core's flag: the embedding counts as one layer when the layers are split evenly
     over the chunks, so the first chunk holds one transformer layer fewer (possibly none)."""
@@ -212,6 +217,7 @@ class Strategy:
                 "recompute_layers": self.recompute_layers, "zero": self.zero,
                 "offload": self.offload.value, "offload_tier": self.offload_tier,
                 "layers_per_stage": list(self.layers_per_stage),
+                "replica_batch": list(self.replica_batch),
                 "account_for_embedding_in_pipeline_split":
                     self.account_for_embedding_in_pipeline_split,
                 "account_for_loss_in_pipeline_split": self.account_for_loss_in_pipeline_split,
@@ -243,6 +249,7 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
         offload=f.choice("offload", Offload, Offload.NONE),
         offload_tier=f.text("offload_tier", ""),
         layers_per_stage=layers,
+        replica_batch=tuple(f.integers("replica_batch", [], minimum=1)),
         account_for_embedding_in_pipeline_split=f.boolean(
             "account_for_embedding_in_pipeline_split", False),
         account_for_loss_in_pipeline_split=f.boolean("account_for_loss_in_pipeline_split", False),
@@ -296,8 +303,40 @@ def _check_experts(s: Strategy, model: TransformerSpec, path: str) -> None:
 
 
 def micro_batches(training: TrainingSpec, strategy: Strategy) -> int:
-    """Micro-batches each pipeline runs per step (gradient-accumulation steps)."""
-    return training.global_batch // (training.micro_batch * strategy.dp)
+    """Micro-batches each pipeline runs per step (gradient-accumulation steps); with uneven
+    ``replica_batch``, the most any replica runs."""
+    return max(replica_micro_batches(training, strategy))
+
+
+def replica_micro_batches(training: TrainingSpec, strategy: Strategy) -> tuple[int, ...]:
+    """Micro-batches of each data-parallel replica per step."""
+    if strategy.replica_batch:
+        return tuple(b // training.micro_batch for b in strategy.replica_batch)
+    return (training.global_batch // (training.micro_batch * strategy.dp),) * strategy.dp
+
+
+def _check_replica_batch(s: Strategy, training: TrainingSpec, path: str) -> None:
+    """Uneven data parallelism: one entry per replica, whole micro-batches, the global batch in
+    all; every collective that spans replicas must still be issued the same number of times
+    by each of them, which per-micro-batch ZeRO-3 gathers and expert all-to-alls are not."""
+    field, batch = f"{path}.replica_batch", list(s.replica_batch)
+    if len(batch) != s.dp:
+        raise SpecError(field, f"has {len(batch)} entries, expected one per data-parallel "
+                        f"replica (dp = {s.dp})")
+    odd = [b for b in batch if b % training.micro_batch]
+    if odd:
+        raise SpecError(field, f"entries must be multiples of training.micro_batch="
+                        f"{training.micro_batch}, got {odd[0]} in {batch}")
+    if sum(batch) != training.global_batch:
+        raise SpecError(field, f"entries must sum to training.global_batch="
+                        f"{training.global_batch}, got {sum(batch)} from {batch}")
+    if (s.zero >= 3 and not s.fsdp_keeps_gathered) or s.ep > 1 or s.expert_tp != s.tp:
+        why = ("expert parallelism (its all-to-alls span replicas every micro-batch)"
+               if s.ep > 1 or s.expert_tp != s.tp
+               else "ZeRO-3 gathering every micro-batch (only FSDP under pipeline parallelism "
+               "keeps its gather for the step)")
+        raise SpecError(field, f"uneven batches need collectives across replicas only once a "
+                        f"step; not with {why}")
 
 
 def check_strategy(strategy: Strategy, model: TransformerSpec, training: TrainingSpec,
@@ -335,7 +374,9 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
     if s.cp > 1 and training.seq_len // s.cp < 2:
         raise SpecError(f"{path}.cp", f"{s.cp} leaves fewer than 2 tokens per device")
     per_step = training.micro_batch * s.dp
-    if training.global_batch % per_step:
+    if s.replica_batch:
+        _check_replica_batch(s, training, path)
+    elif training.global_batch % per_step:
         raise SpecError("training.global_batch", f"{training.global_batch} is not divisible by "
                         f"micro_batch*dp = {training.micro_batch}*{s.dp} = {per_step}")
     _check_context(s, model, path)
@@ -353,10 +394,10 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
     if s.schedule is Schedule.INTERLEAVED:
         if s.pp == 1:
             raise SpecError(f"{path}.schedule", "interleaved needs pp > 1")
-        m = micro_batches(training, s)
-        if s.virtual_stages > 1 and m % s.pp:
-            raise SpecError(f"{path}.schedule", f"interleaved needs micro-batches per pipeline "
-                            f"({m}) divisible by pp={s.pp}")
+        for m in set(replica_micro_batches(training, s)):
+            if s.virtual_stages > 1 and m % s.pp:
+                raise SpecError(f"{path}.schedule", f"interleaved needs micro-batches per "
+                                f"pipeline ({m}) divisible by pp={s.pp}")
     units = model.layers + s.split_extra_layers
     if s.split_extra_layers:
         flag = (f"{path}.account_for_embedding_in_pipeline_split"

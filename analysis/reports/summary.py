@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clustersim.hardware_specs.units import format_bytes, format_time
-from clustersim.workloads.strategy import Recompute
+from clustersim.workloads.strategy import Recompute, replica_micro_batches
 
 from clustersim.analysis.step import StepReport
 from clustersim.analysis.tables import key_values, render
@@ -103,7 +103,7 @@ def summary(report: StepReport) -> str:
                     f"{cluster.fabric.name}"),
         ("strategy", strategy),
         ("batch", f"{job.training.global_batch} x {job.training.seq_len} tokens, micro-batch "
-                  f"{job.training.micro_batch}, {job.micro_batches} micro-batches per pipeline, "
+                  f"{job.training.micro_batch}, {_micro_batches(job)} per pipeline, "
                   f"{job.training.precision.value}"),
         ("FLOPs per step", f"{job.model_flops_per_step:.4g} model, "
                            f"{job.hardware_flops_per_step:.4g} with recompute"),
@@ -121,3 +121,10 @@ def summary(report: StepReport) -> str:
     banner = memory_banner(report)
     return "\n\n".join([banner, *parts] if banner else parts)
 
+
+def _micro_batches(job) -> str:
+    """``16 micro-batches``, or each replica's count under uneven data parallelism."""
+    counts = replica_micro_batches(job.training, job.strategy)
+    if len(set(counts)) == 1:
+        return f"{counts[0]} micro-batches"
+    return f"{'/'.join(str(c) for c in counts)} micro-batches (by replica)"
