@@ -105,10 +105,9 @@ def offload_tier(catalog: Catalog, name: str) -> MemoryTierSpec:
     return tier
 
 
-def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
-                        catalog_dirs: Iterable[str | Path] = ()) -> RunConfig:
-    top = Fields(data, "").only(("model", "training", "strategy", "cluster") + OPTIONAL_SECTIONS)
-    cluster_f = top.sub("cluster", required=True)
+def cluster_catalog(cluster_f: Fields, base_dir: Path | None,
+                    catalog_dirs: Iterable[str | Path] = ()) -> Catalog:
+    """The catalog with the directories ``cluster.catalog`` adds (relative to ``base_dir``)."""
     dirs = list(catalog_dirs)
     extra = cluster_f.raw("catalog", [])
     extra = [extra] if isinstance(extra, str) else extra
@@ -118,7 +117,14 @@ def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
     for d in extra:
         p = Path(str(d)).expanduser()
         dirs.append(p if p.is_absolute() or base_dir is None else base_dir / p)
-    catalog = load_catalog(dirs)
+    return load_catalog(dirs)
+
+
+def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
+                        catalog_dirs: Iterable[str | Path] = ()) -> RunConfig:
+    top = Fields(data, "").only(("model", "training", "strategy", "cluster") + OPTIONAL_SECTIONS)
+    cluster_f = top.sub("cluster", required=True)
+    catalog = cluster_catalog(cluster_f, base_dir, catalog_dirs)
     model = resolve(top.raw("model"), base_dir)
     training = training_from_mapping(top.raw("training"))
     strategy = strategy_from_mapping(top.raw("strategy", {}))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import simpy
@@ -133,9 +133,12 @@ class StepSimulation:
     def __init__(self, trace: Trace, cluster: ClusterSpec,
                  options: SimulationOptions = SimulationOptions(), faults: Faults = Faults(),
                  compute: ComputeCost | None = None, network: NetworkCost | None = None,
-                 memory: MemoryCost | None = None):
+                 memory: MemoryCost | None = None, *, env: simpy.Environment | None = None,
+                 flows: FlowNetwork | None = None, devices: Sequence[int] | None = None):
         """``compute``, ``network`` and ``memory`` replace the default cost models (tests,
-        calibration)."""
+        calibration). ``env``, ``flows`` and ``devices`` let several jobs share one SimPy
+        environment and one flow network (``simulator/shared_fabric.py``): ``devices[d]`` is
+        the fabric's device that runs the job's device ``d`` (``cluster.device_of(rank)``)."""
         self.trace, self.cluster, self.options, self.faults = trace, cluster, options, faults
         self.compute = compute or ComputeModel(cluster.device)
         model = MeasuredNetwork if cluster.node.measured_comm else NetworkModel
@@ -144,9 +147,12 @@ class StepSimulation:
         self.interference = Interference.of(cluster.device,
                                             comm=options.comm_slowdown_when_overlapped,
                                             compute=options.compute_slowdown_when_overlapped)
-        self.env = simpy.Environment()
-        self.flows = (FlowNetwork(self.env, self.network.topology.capacity)
+        self.env = env if env is not None else simpy.Environment()
+        self.flows = ((flows if flows is not None
+                       else FlowNetwork(self.env, self.network.topology.capacity))
                       if options.network is NetworkMode.FLOW else None)
+        self.device_of = (cluster.device_of if devices is None
+                          else lambda rank: devices[cluster.device_of(rank)])
         conditions = {r: faults.condition(r) for r in faults.ranks()}
         self.classes, self.class_of = rank_classes(trace, conditions, expand=options.expand)
         self.states = [
@@ -174,7 +180,7 @@ class StepSimulation:
         if hit is None:
             gs = self.trace.group_sets[group_set]
             seen = {gs.index[r] for c in sorted(classes) for r in self.classes[c].ranks}
-            device = self.cluster.device_of
+            device = self.device_of
             hit = self._instance_cache[key] = tuple(
                 tuple(device(r) for r in gs.groups[i]) for i in sorted(seen))
         return hit
@@ -339,7 +345,7 @@ class StepSimulation:
         if hit is None:
             gs = self.trace.group_sets[op.group]
             mine, other = (src, dst) if sending else (dst, src)
-            device = self.cluster.device_of
+            device = self.device_of
             pairs = []
             for r in self.classes[mine].ranks:
                 partner = gs.group_of(r)[op.peer]
@@ -377,8 +383,16 @@ class StepSimulation:
     def replay(self) -> Replay:
         """Replay the step: one timeline of records per rank class."""
         wall = time.perf_counter()
-        self._start_processes()
+        self.start()
         events = self._run_to_end()
+        return self.finished(events, time.perf_counter() - wall)
+
+    def start(self) -> None:
+        """Create the step's processes in the environment (a shared one runs them later)."""
+        self._start_processes()
+
+    def finished(self, events: int, wall_time_s: float) -> Replay:
+        """The records once the environment has run out of events; a deadlock is an error."""
         stuck = [st for st in self.states if any(f != f for f in st.finish)]
         if stuck:
             st = stuck[0]
@@ -386,12 +400,15 @@ class StepSimulation:
             raise RuntimeError(f"deadlock: rank class {st.cls.index} never finished op {op.id} "
                                f"({op.name}); the trace's collectives or send/recv do not match")
         return Replay(timelines=tuple(st.timeline() for st in self.states),
-                      class_of=self.class_of, events=events,
-                      wall_time_s=time.perf_counter() - wall)
+                      class_of=self.class_of, events=events, wall_time_s=wall_time_s)
 
     def run(self) -> StepResult:
         """Replay the step and summarise it: breakdowns, critical class, metrics."""
-        return summarize(self.replay(), self.trace, self.cluster.device,
+        return self.summary(self.replay())
+
+    def summary(self, replay: Replay) -> StepResult:
+        """A replay's breakdowns, critical class and metrics."""
+        return summarize(replay, self.trace, self.cluster.device,
                          self.memory.capacity_bytes, keep_records=self.options.record)
 
 

@@ -58,6 +58,11 @@ def run(args: argparse.Namespace) -> int:
     from clustersim.analysis.cli.trace import simulate_trace_workload
     if simulate_trace_workload(args):    # the config's workload is a recorded trace
         return 0
+    from clustersim.analysis.config import config_path, read_yaml
+    from clustersim.analysis.sweeps.shared_fabric import is_shared
+    path = config_path(args.config or DEFAULT_EXAMPLE)
+    if path.exists() and is_shared(read_yaml(path)):    # several jobs on one cluster
+        return run_shared_cluster(args, path)
     config = load_config(args.config or DEFAULT_EXAMPLE, args.catalog)
     check_other_sections(config)
     report = run_step(config, limit=not args.no_limit)
@@ -71,5 +76,28 @@ def run(args: argparse.Namespace) -> int:
     if not report.result.fits_in_memory and not args.allow_oom:
         print(f"error: {report.config.name} does not fit in GPU memory (see the banner above); "
               "--allow-oom exits 0 anyway", file=sys.stderr)
+        return EXIT_DOES_NOT_FIT
+    return 0
+
+
+def run_shared_cluster(args: argparse.Namespace, path: Path) -> int:
+    """``simulate`` of a config with a ``jobs`` list: every job's step together and alone."""
+    from clustersim.hardware_specs import SpecError
+    from clustersim.analysis.sweeps.shared_fabric import load_shared, run_shared, shared_table
+
+    if args.trace:
+        raise SpecError("--trace", "a cluster shared by several jobs has no one timeline; "
+                                   "simulate a job's own config for its trace")
+    config = load_shared(path, args.catalog)
+    result = run_shared(config, limit=not args.no_limit)
+    print(shared_table(config, result))
+    if args.json:
+        write_json({"name": config.name, "placement": config.placement.value,
+                    **result.to_dict()}, args.json)
+        print(f"\nwrote {args.json}")
+    too_big = [j.name for j in result.jobs if not j.together.fits_in_memory]
+    if too_big and not args.allow_oom:
+        print(f"error: {', '.join(too_big)} do(es) not fit in GPU memory; --allow-oom exits 0 "
+              "anyway", file=sys.stderr)
         return EXIT_DOES_NOT_FIT
     return 0

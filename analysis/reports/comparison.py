@@ -21,6 +21,9 @@ def table_rows(rows: list[dict]) -> tuple[list[str], list[list]]:
                "MFU", "peak GiB", "goodput tok/s", "J/token"]
     if currency:
         headers.append(f"{currency}/Mtok")
+    shared = any(r.get("lost_fraction") not in (None, "") for r in rows)
+    if shared:
+        headers.append("lost to others")
     noted = any(text(r.get("problem")) for r in rows)
     if noted:
         headers.append("note")
@@ -40,6 +43,9 @@ def table_rows(rows: list[dict]) -> tuple[list[str], list[list]]:
         if currency:
             cost = r["cost_per_million_tokens"]
             line.append("-" if cost is None or cost != cost else f"{cost:.3g}")
+        if shared:
+            lost = r.get("lost_fraction")
+            line.append("-" if lost in (None, "") else f"{100 * float(lost):+.1f}%")
         out.append(line + [""] * noted)
     return headers, out
 

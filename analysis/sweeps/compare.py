@@ -22,6 +22,7 @@ from clustersim.analysis.sweeps.costs import costs_from_mapping, cost_per_millio
 from clustersim.analysis.sweeps.exposure import exposure
 from clustersim.analysis.sweeps.ranking import ranking
 from clustersim.analysis.sweeps.run_store import COMPARE, atomic_write, to_csv
+from clustersim.analysis.sweeps.shared_fabric import is_shared, run_shared, shared_from_mapping
 from clustersim.analysis.step import run_step
 from clustersim.analysis.sweeps.runner import LoadedConfig, from_mapping, job_of_row, run_sweep, strategy_columns
 from clustersim.workloads.memory import GIB
@@ -84,7 +85,10 @@ def check_vary_keys(todo: Sequence[tuple[str, dict, Path]], keys: Sequence[str],
     one failed row per variant)."""
     for _, raw, base_dir in todo:
         try:
-            from_mapping(raw, base_dir, catalog)
+            if is_shared(raw):
+                shared_from_mapping(raw, base_dir, catalog)
+            else:
+                from_mapping(raw, base_dir, catalog)
         except SpecError as err:
             typo = next((k for k in keys if k == err.field or k.startswith(f"{err.field}.")), None)
             if typo and err.message.startswith("unknown field"):
@@ -141,6 +145,31 @@ def compare_one(name: str, raw: dict, base_dir: Path, catalog: Sequence[str], sw
         return {"name": name, "problem": str(err)}
 
 
+def shared_rows(name: str, raw: dict, base_dir: Path, catalog: Sequence[str],
+                sweep: bool) -> list[dict]:
+    """One line per job of a cluster shared by several jobs (``analysis/sweeps/shared_fabric.py``),
+    each with its step time together and what it loses to the others."""
+    try:
+        if sweep:
+            raise SpecError("--sweep", "a shared cluster runs its jobs' own strategies; "
+                                       "compare it without --sweep")
+        config = shared_from_mapping(raw, base_dir, catalog, name=name)
+        result = run_shared(config)
+    except SpecError as err:
+        return [{"name": name, "problem": str(err)}]
+    rows = []
+    for job_config, outcome in zip(config.jobs, result.jobs):
+        job = job_config.job
+        loaded = LoadedConfig(replace(job_config, name=f"{name} / {job_config.name}"), raw)
+        step = {**outcome.together.to_dict(),
+                "peak_memory_gib": max(s.memory.total for s in job.memory()) / GIB}
+        rows.append({**row_for(loaded, step, strategy_columns(job)),
+                     "placement": config.placement.value,
+                     "alone_step_time_s": outcome.alone.step_time_s, "lost_s": outcome.lost_s,
+                     "lost_fraction": outcome.lost_s / outcome.alone.step_time_s})
+    return rows
+
+
 def compare(paths: Sequence[str], vary: Sequence[str] = (), *, sweep: bool = False,
             out: str | Path | None = None, catalog: Sequence[str] = (), workers: int = 1,
             dask_address: str | None = None, progress: bool | None = None) -> list[dict]:
@@ -152,8 +181,11 @@ def compare(paths: Sequence[str], vary: Sequence[str] = (), *, sweep: bool = Fal
     rows = []
     for name, raw, base_dir in todo:
         sweep_dir = Path(out) / slug(name) if sweep else None
-        rows.append(compare_one(name, raw, base_dir, catalog, sweep_dir, workers, dask_address,
-                                progress))
+        if is_shared(raw):
+            rows += shared_rows(name, raw, base_dir, catalog, sweep)
+        else:
+            rows.append(compare_one(name, raw, base_dir, catalog, sweep_dir, workers,
+                                    dask_address, progress))
         if out is not None:
             Path(out).mkdir(parents=True, exist_ok=True)
             atomic_write(Path(out) / COMPARE, to_csv(_uniform(rows)))

@@ -99,6 +99,14 @@ class GoldenRun:
         self.path.write_text(json.dumps(self.run(), indent=1, sort_keys=True) + "\n")
 
 
+def _shared(out: dict) -> dict:
+    return {"jobs": {j["name"]: {k: j[k] for k in ("step_time_s", "alone_step_time_s", "lost_s",
+                                                   "extra_exposed_comm_s")}
+                     for j in out["jobs"]},
+            "hot_links": [link["link"] for link in out["hot_links"]],
+            "shared_links": out["shared_links"]}
+
+
 def _simulate(example: str, slow: bool = False) -> GoldenRun:
     return GoldenRun(example=example, args=("simulate", Path(example).stem), summarize=_step,
                      slow=slow)
@@ -111,6 +119,8 @@ RUNS = (
     _simulate("moe_fabric_contention.yaml"),
     _simulate("moe_fabric_contention_rail.yaml"),
     _simulate("deepseek_v3_h800.yaml", slow=True),
+    GoldenRun(example="shared_fabric_4to1.yaml", args=("simulate", "shared_fabric_4to1"),
+              summarize=_shared),
     GoldenRun(example="failures_llama3_405b.yaml", summarize=_failures, slow=True,
               args=("failures", "failures_llama3_405b", "--days", "54", "--seeds", "200")),
     GoldenRun(example="failures_bloom_176b.yaml", summarize=_failures, slow=True,
