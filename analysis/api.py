@@ -33,12 +33,10 @@ def simulate(config: ConfigLike, *, catalog: Iterable[str | Path] = ()):
     loaded = _load(config, catalog)
     report = run_step(loaded.config)
     data = report.to_dict()
-    b = data.pop("breakdown")
+    data.pop("breakdown")
     row = {"name": data["name"], **strategy_columns(loaded.config.job),
            **{k: v for k, v in data.items() if not isinstance(v, (dict, list))},
-           "compute_s": b["compute_s"],
-           **{f"exposed_{a}_s": t for a, t in b["exposed_comm_s"].items()},
-           "bubble_s": b["bubble_s"], "optimizer_s": b["optimizer_s"], "other_s": b["other_s"]}
+           **report.result.breakdown.columns()}
     return pd.DataFrame([row])
 
 

@@ -27,17 +27,32 @@ class Breakdown:
     bubble_s: float
     optimizer_s: float
     other_s: float
+    offload_s: float = 0.0
+    """Waiting on host <-> device copies of offloaded state (ZeRO-Offload, activation
+    offload) that the compute stream could not hide."""
 
     @property
     def total_s(self) -> float:
         return (self.compute_s + sum(self.exposed_comm_s.values()) + self.bubble_s
-                + self.optimizer_s + self.other_s)
+                + self.optimizer_s + self.offload_s + self.other_s)
 
     def to_dict(self) -> dict:
         return {"compute_s": self.compute_s,
                 "exposed_comm_s": {a: self.exposed_comm_s.get(a, 0.0) for a in AXES},
                 "bubble_s": self.bubble_s, "optimizer_s": self.optimizer_s,
-                "other_s": self.other_s}
+                "offload_s": self.offload_s, "other_s": self.other_s}
+
+    def columns(self) -> dict[str, float]:
+        """The parts as flat :data:`BREAKDOWN_COLUMNS`, as tables and sweeps store them."""
+        return {"compute_s": self.compute_s,
+                **{f"exposed_{a}_s": self.exposed_comm_s.get(a, 0.0) for a in AXES},
+                "bubble_s": self.bubble_s, "optimizer_s": self.optimizer_s,
+                "offload_s": self.offload_s, "other_s": self.other_s}
+
+
+BREAKDOWN_COLUMNS = ("compute_s", *(f"exposed_{a}_s" for a in AXES), "bubble_s", "optimizer_s",
+                     "offload_s", "other_s")
+"""Flat column names of a breakdown's parts, in display order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +104,6 @@ class StepResult:
         import pandas as pd
         rows = []
         for c in self.classes:
-            row = {"class": c.index, "program": c.program, "ranks": c.ranks,
-                   "finish_s": c.finish_s, "compute_s": c.breakdown.compute_s,
-                   "bubble_s": c.breakdown.bubble_s, "optimizer_s": c.breakdown.optimizer_s,
-                   "other_s": c.breakdown.other_s}
-            row.update({f"exposed_{a}_s": c.breakdown.exposed_comm_s.get(a, 0.0) for a in AXES})
-            rows.append(row)
+            rows.append({"class": c.index, "program": c.program, "ranks": c.ranks,
+                         "finish_s": c.finish_s, **c.breakdown.columns()})
         return pd.DataFrame(rows)

@@ -3,12 +3,23 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from clustersim.hardware_specs import DeviceSpec
 from clustersim.simulator.attribution import breakdown
 from clustersim.simulator.metrics import step_metrics
-from clustersim.simulator.records import Replay
+from clustersim.simulator.records import ClassTimeline, OpRecord, Replay
 from clustersim.simulator.result import ClassSummary, StepResult
 from clustersim.workloads.trace import Trace
+
+
+def drawn(timeline: ClassTimeline) -> tuple[OpRecord, ...]:
+    """Records as a timeline shows them: a receive posted early (the pipeline posts them as
+    soon as their deps are done) is drawn from when its data could start to arrive, the
+    matching send's posting, not from when it was posted."""
+    posted = timeline.send_posted_s
+    return tuple(replace(r, start=max(r.start, posted[r.op_id])) if r.op_id in posted else r
+                 for r in timeline.records)
 
 
 def summarize(replay: Replay, trace: Trace, device: DeviceSpec, capacity_bytes: float,
@@ -22,7 +33,7 @@ def summarize(replay: Replay, trace: Trace, device: DeviceSpec, capacity_bytes: 
     critical = max(summaries, key=lambda s: (s.finish_s, -s.index))
     step = critical.finish_s
     m = step_metrics(step, trace, device, capacity_bytes)
-    records = tuple(r for tl in replay.timelines for r in tl.records) if keep_records else ()
+    records = tuple(r for tl in replay.timelines for r in drawn(tl)) if keep_records else ()
     return StepResult(
         step_time_s=step,
         tokens_per_s=m.tokens_per_s,

@@ -277,3 +277,21 @@ def test_overlaps_without_what_they_need_are_errors(fields, message):
     with pytest.raises(SpecError) as err:
         check_strategy(strategy_from_mapping(fields), job.model, job.training)
     assert str(err.value).startswith(message)
+
+
+def test_waiting_on_offload_copies_is_charged_to_offload_not_other():
+    """ZeRO-3 with parameters offloaded to host memory: the compute stream waits on the
+    host-to-device copies, and the breakdown names them (it said "other" before)."""
+    from clustersim.analysis.config import config_from_mapping
+    from clustersim.analysis.step import run_step
+    base = {"model": "llama3-8b", "training": {"seq_len": 8192, "global_batch": 64},
+            "cluster": {"gpu": "h100-sxm", "num_gpus": 8}}
+    offloaded = run_step(config_from_mapping(
+        {**base, "strategy": {"dp": 8, "zero": 3, "recompute": "full", "offload": "params"}}))
+    b = offloaded.result.breakdown
+    assert b.offload_s > 0.02 * offloaded.result.step_time_s
+    assert b.other_s < 1e-6 * offloaded.result.step_time_s
+    assert b.total_s == pytest.approx(offloaded.result.step_time_s, rel=1e-9)
+    kept = run_step(config_from_mapping(
+        {**base, "strategy": {"dp": 8, "zero": 3, "recompute": "full"}})).result.breakdown
+    assert kept.offload_s == 0.0

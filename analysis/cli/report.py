@@ -4,6 +4,8 @@ results as an HTML report with a Markdown twin and its figures."""
 from __future__ import annotations
 
 import gzip
+import os
+from pathlib import Path
 
 from clustersim.hardware_specs import SpecError
 
@@ -14,22 +16,31 @@ from clustersim.analysis.reports.sweep_report import build_report
 def register(sub) -> None:
     p = add_command(sub, "report", help="write an HTML report (and Markdown twin) of a sweep or "
                                           "a comparison", examples=[
-        ("clustersim report runs/llama8b --out runs/llama8b.html",
-         "a sweep folder: ranking, breakdowns, memory, Pareto front, energy and cost"),
+        ("clustersim report runs/llama8b",
+         "a sweep folder: ranking, breakdowns, memory, Pareto front, energy and cost, written "
+         "to runs/llama8b_report.html"),
         ("clustersim report runs/fabric --out runs/fabric.html",
          "a `compare --out` folder: the clusters side by side"),
     ])
     p.add_argument("run_dir", help="folder written by `clustersim sweep --out` or "
                                    "`clustersim compare --out`")
-    p.add_argument("--out", type=output_path, default="report.html", metavar="FILE.html",
-                   help="HTML file to write (default: report.html); the Markdown twin and the "
-                        "figures go beside it")
+    p.add_argument("--out", type=output_path, default=None, metavar="FILE.html",
+                   help="HTML file to write (default: RUN_DIR_report.html beside the folder, "
+                        "which the report leaves as it was); the Markdown twin and the figures "
+                        "go beside it")
     p.set_defaults(func=run)
+
+
+def default_out(run_dir: str) -> Path:
+    """``runs/llama70b`` -> ``runs/llama70b_report.html``: beside the results, not in them,
+    and named after them, so that reports of two folders do not overwrite each other."""
+    root = Path(run_dir).resolve()
+    return Path(os.path.relpath(root.with_name(f"{root.name}_report.html")))
 
 
 def run(args) -> int:
     try:
-        files = build_report(args.run_dir, args.out)
+        files = build_report(args.run_dir, args.out or default_out(args.run_dir))
     except SpecError:
         raise    # says itself what is wrong (a missing folder, a bad config inside it)
     except (ValueError, KeyError, TypeError, AttributeError, EOFError, gzip.BadGzipFile) as err:

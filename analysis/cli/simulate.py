@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         write_json(report.to_dict(), args.json)
         print(f"\nwrote {args.json}")
     if args.trace:
-        write_chrome_trace(report.result, Path(args.trace))
+        write_chrome_trace(report.result, Path(args.trace), report.trace)
         print(f"wrote {args.trace} (open it in https://ui.perfetto.dev or chrome://tracing)")
     if not report.result.fits_in_memory and not args.allow_oom:
         print(f"error: {report.config.name} does not fit in GPU memory (see the banner above); "

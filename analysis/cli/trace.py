@@ -180,6 +180,6 @@ def simulate_trace_workload(args: argparse.Namespace) -> bool:
         print(f"\nwrote {args.json}")
     if args.trace:
         from clustersim.analysis.chrome_trace import write_chrome_trace
-        write_chrome_trace(result, Path(args.trace))
+        write_chrome_trace(result, Path(args.trace), config.trace)
         print(f"wrote {args.trace}")
     return True

@@ -64,7 +64,25 @@ def ranking_section(doc: Document, frame) -> None:
                   "strategies by tokens per second; headroom is HBM left on the fullest GPU; "
                   "failure waste is the share of a long run lost to checkpoints and recomputed "
                   "work (Young's optimum interval); goodput = tokens/s x (1 - waste).")
+    doc.paragraph(failure_waste_note(frame))
     doc.table(*ranking_rows(frame, TOP_TABLE))
+
+
+def failure_waste_note(frame) -> str:
+    """Why the failure-waste column is (nearly) constant, when it is: it depends on the
+    cluster's failure rate and the checkpoint's size, which every strategy of one model on
+    one cluster shares, and only weakly on the step time."""
+    waste = frame["failure_waste"] if "failure_waste" in frame else None
+    if waste is None or waste.empty:
+        return ""
+    low, high = float(waste.min()), float(waste.max())
+    if high - low > 0.1 * max(high, 1e-12):
+        return (f"Failure waste ranges from {100 * low:.2f}% to {100 * high:.2f}%: strategies "
+                "differ in checkpoint time (how many GPUs write the shards) and step time.")
+    return (f"Failure waste is about {100 * high:.2f}% for every strategy: it is set by the "
+            "cluster's failure rate (its GPU count) and the checkpoint's size (the model's "
+            "state), which all these strategies share; it differs between clusters and models, "
+            "not between strategies of one job.")
 
 
 def best_sections(doc: Document, best: Mapping, trace: Mapping | None) -> None:
@@ -72,11 +90,32 @@ def best_sections(doc: Document, best: Mapping, trace: Mapping | None) -> None:
     doc.figure("memory_per_stage", plots.memory_per_stage(best["memory"],
                                                           best["memory_capacity_bytes"]),
                "Memory per GPU of each pipeline stage of the best strategy")
-    if trace is not None:
+    if trace is None:
+        return
+    if best["strategy"]["pp"] > 1:
         doc.heading("Best strategy: pipeline timeline")
-        doc.figure("pipeline_timeline", plots.pipeline_timeline(trace),
-                   "One step of the best strategy: each rank class's compute and "
+        doc.figure("pipeline_timeline", plots.timeline(trace, "Pipeline timeline of the best "
+                                                              "strategy"),
+                   "One step of the best strategy: each pipeline stage's compute and "
+                   "communication streams (one row per stream that ran something)")
+    else:
+        doc.heading("Best strategy: step timeline")
+        doc.figure("step_timeline", plots.timeline(trace, "Step timeline of the best strategy "
+                                                          "(no pipeline)"),
+                   "One step of the best strategy, which has no pipeline: its compute and "
                    "communication streams")
+
+
+def pareto_section(doc: Document, frame, capacity_gib: float) -> None:
+    memory, tokens = frame["peak_memory_gib"].tolist(), frame["tokens_per_s"].tolist()
+    doc.heading("Throughput against memory")
+    doc.figure("pareto", plots.throughput_vs_memory(memory, tokens, capacity_gib),
+               "Every simulated strategy; the Pareto front (numbered) has no strategy both "
+               "faster and smaller")
+    front = plots.pareto_front(list(zip(memory, tokens)))
+    doc.table(["#", "Pareto front strategy", "peak GiB", "tokens/s"],
+              [(n, strategy_label(frame.iloc[i]), f"{memory[i]:.1f}", f"{tokens[i]:,.0f}")
+               for n, i in enumerate(front, 1)])
 
 
 def extra_sections(doc: Document, root: Path) -> None:
@@ -143,12 +182,7 @@ def build_report(run_dir: str | Path, out: str | Path) -> list[Path]:
     doc.figure("breakdown", plots.breakdown_bars(top.to_dict("records"), labels),
                f"Step-time breakdown of the {len(top)} fastest strategies")
     best_sections(doc, best, trace)
-    doc.heading("Throughput against memory")
-    doc.figure("pareto", plots.throughput_vs_memory(
-        frame["peak_memory_gib"].tolist(), frame["tokens_per_s"].tolist(),
-        [strategy_label(r) for _, r in frame.iterrows()],
-        config.cluster.device.memory_bytes / plots.GIB),
-        "Every simulated strategy; the Pareto front has no strategy both faster and smaller")
+    pareto_section(doc, frame, config.cluster.device.memory_bytes / plots.GIB)
     doc.heading("Energy and cost per token")
     priced = frame.attrs.get("priced", False)
     doc.paragraph("Energy = cluster power (GPU TDP unless the config's costs section gives "

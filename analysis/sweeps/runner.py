@@ -17,7 +17,7 @@ from pathlib import Path
 
 from clustersim.hardware_specs import ClusterSpec, SpecError
 from clustersim.simulator import SimulationOptions, simulate
-from clustersim.simulator.result import AXES
+from clustersim.simulator.result import BREAKDOWN_COLUMNS
 from clustersim.workloads import Job
 from clustersim.workloads.builder import build_trace
 from clustersim.workloads.strategy import CpAlgorithm, Offload, Recompute, Schedule
@@ -87,8 +87,7 @@ def candidate_row(c: Candidate) -> dict:
             "peak_memory_gib": c.peak_memory_bytes / GIB if c.memory else ""}
 
 
-METRIC_COLUMNS = ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "compute_s",
-                  *(f"exposed_{a}_s" for a in AXES), "bubble_s", "optimizer_s", "other_s",
+METRIC_COLUMNS = ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", *BREAKDOWN_COLUMNS,
                   "critical_class", "events")
 
 
@@ -99,13 +98,9 @@ def evaluate(task: tuple[str, Job, ClusterSpec, SimulationOptions]) -> tuple[str
         r = simulate(build_trace(job), cluster, options)
     except (SpecError, RuntimeError, ValueError, ZeroDivisionError) as err:
         return key, {"error": f"{type(err).__name__}: {err}"}
-    b = r.breakdown
     metrics = {"step_time_s": r.step_time_s, "tokens_per_s": r.tokens_per_s,
-               "tflops_per_gpu": r.tflops_per_gpu, "mfu": r.mfu, "compute_s": b.compute_s}
-    metrics.update({f"exposed_{a}_s": b.exposed_comm_s.get(a, 0.0) for a in AXES})
-    metrics.update({"bubble_s": b.bubble_s, "optimizer_s": b.optimizer_s,
-                    "other_s": b.other_s, "critical_class": r.critical_class,
-                    "events": r.events})
+               "tflops_per_gpu": r.tflops_per_gpu, "mfu": r.mfu, **r.breakdown.columns(),
+               "critical_class": r.critical_class, "events": r.events}
     return key, {"error": "", **metrics}
 
 
@@ -229,6 +224,6 @@ def write_best(store: RunStore, config: RunConfig) -> str | None:
     result = simulate(trace, config.cluster, replace(simulation_options(config), record=True))
     report = StepReport(cfg, result, job.memory(), trace)
     with gzip.open(store.path(BEST_TRACE), "wt") as fh:
-        json.dump(chrome_trace(result), fh)
+        json.dump(chrome_trace(result, trace), fh)
     atomic_write(best, json.dumps({"key": key, **report.to_dict()}, indent=2) + "\n")
     return key

@@ -17,13 +17,13 @@ from clustersim.simulator.engine import Faults, SimulationOptions, StepSimulatio
 from clustersim.simulator.result import AXES, Breakdown, StepResult
 from clustersim.workloads.trace import Trace
 
-PARTS = ("compute",) + AXES + ("bubble", "optimizer", "other")
+PARTS = ("compute",) + AXES + ("bubble", "optimizer", "offload", "other")
 
 
 def parts(b: Breakdown) -> dict[str, float]:
     """A breakdown as ``{part: seconds}`` with communication split by axis."""
     out = {"compute": b.compute_s, "bubble": b.bubble_s, "optimizer": b.optimizer_s,
-           "other": b.other_s}
+           "offload": b.offload_s, "other": b.other_s}
     out.update({a: b.exposed_comm_s.get(a, 0.0) for a in AXES})
     return out
 
@@ -55,7 +55,8 @@ class FaultImpact:
         where = "the faulted rank itself" if self.critical_is_faulted else (
             f"rank class of {self.critical_program}")
         what = {"compute": "its own compute", "bubble": "pipeline bubble (waiting on a stage)",
-                "optimizer": "optimizer", "other": "other waits"}.get(
+                "optimizer": "optimizer", "offload": "waiting on offload copies",
+                "other": "other waits"}.get(
             part, f"exposed {part.upper()} communication (waiting on its {part.upper()} group)")
         return f"{where}: {what} +{delta:.3f} s"
 
