@@ -51,8 +51,17 @@ class StepReport:
         return out
 
 
-def simulation_options(config: RunConfig) -> SimulationOptions:
-    """Engine options from the config's optional ``simulation`` section."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SimulationSection:
+    """The config's optional ``simulation`` section, read once."""
+
+    options: SimulationOptions
+    """What the engine takes."""
+    limit: bool
+    """``simulation.limit`` (default true): keep the work budget of :mod:`limits`."""
+
+
+def simulation_section(config: RunConfig) -> SimulationSection:
     f = Fields(config.sections.get("simulation", {}), "simulation")
     forced = f.sub("algorithms")
     algorithms = {parse_enum(CollectiveKind, kind, forced.at(str(kind))):
@@ -68,22 +77,23 @@ def simulation_options(config: RunConfig) -> SimulationOptions:
         expand=f.boolean("expand", False),
         record=True,
     )
-    f.boolean("limit", True)      # read by work_limited
+    section = SimulationSection(options=options, limit=f.boolean("limit", True))
     f.done()
-    return options
+    return section
 
 
-def work_limited(config: RunConfig) -> bool:
-    """``simulation.limit`` (default true): keep the work budget of :mod:`limits`."""
-    return Fields(config.sections.get("simulation", {}), "simulation").boolean("limit", True)
+def simulation_options(config: RunConfig) -> SimulationOptions:
+    """Engine options from the config's optional ``simulation`` section."""
+    return simulation_section(config).options
 
 
 def run_step(config: RunConfig, faults: Faults = Faults(),
              options: SimulationOptions | None = None, limit: bool = True) -> StepReport:
     """One step of ``config``; ``limit=False`` (``--no-limit``, or ``simulation.limit: false``
     in the config) lifts the work budget."""
-    options = options or simulation_options(config)
-    if limit and work_limited(config):
+    section = simulation_section(config)
+    options = options or section.options
+    if limit and section.limit:
         check_budget(layer_passes(config.job, options.expand), LAYER_PASS_BUDGET,
                      "the step's layer passes (micro-batches x layers x cp)",
                      "--no-limit (or simulation.limit: false)")
