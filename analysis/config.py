@@ -18,6 +18,7 @@ from clustersim.hardware_specs.fields import Fields
 from clustersim.hardware_specs.memory import MemoryTierSpec, TierKind
 from clustersim.hardware_specs.textfile import load_yaml
 from clustersim.workloads import Job
+from clustersim.workloads.cnn.job import CnnJob, cnn_job_from_mapping
 from clustersim.workloads.model_sources import resolve
 from clustersim.workloads.strategy import strategy_from_mapping
 from clustersim.workloads.training import training_from_mapping
@@ -50,7 +51,8 @@ def config_path(config: str | Path) -> Path:
 
 @dataclass(frozen=True)
 class RunConfig:
-    job: Job
+    job: Job | CnnJob
+    """A transformer's job, or a 3D CNN's (which only ``simulate`` runs: ``analysis/cnn_step``)."""
     cluster: ClusterSpec
     catalog: Catalog
     name: str = ""
@@ -144,3 +146,18 @@ def load_config(path: str | Path, catalog_dirs: Iterable[str | Path] = ()) -> Ru
     cfg = config_from_mapping(data, path.parent, catalog_dirs)
     return RunConfig(job=cfg.job, cluster=cfg.cluster, catalog=cfg.catalog,
                      name=cfg.name or path.stem, source=path, sections=cfg.sections)
+
+
+def load_cnn_config(path: str | Path, catalog_dirs: Iterable[str | Path] = ()) -> RunConfig:
+    """A 3D CNN's run config (``workloads/cnn/job.py`` documents its sections)."""
+    path = config_path(path)
+    data = read_yaml(path)
+    top = Fields(data, "").only(("model", "training", "strategy", "cluster") + OPTIONAL_SECTIONS)
+    job = cnn_job_from_mapping(data)
+    catalog = load_catalog(list(catalog_dirs))
+    cluster = parse_cluster(top.sub("cluster", required=True), catalog, job.grid.size)
+    job = job.checked(cluster.num_devices)
+    sections = {k: data[k] for k in OPTIONAL_SECTIONS if k in data}
+    return RunConfig(job=job, cluster=cluster, catalog=catalog,
+                     name=str(sections.get("name", "")) or path.stem, source=path,
+                     sections=sections)

@@ -10,6 +10,7 @@ from clustersim.simulator.cost.collectives import Algorithm
 from clustersim.simulator.engine import NetworkMode
 from clustersim.workloads.trace import CollectiveKind
 from clustersim.workloads.builder import build_trace
+from clustersim.workloads.cnn.builder import build_cnn_trace
 from clustersim.workloads.memory import GIB, StageMemory
 from clustersim.workloads.trace import Trace
 
@@ -100,3 +101,39 @@ def run_step(config: RunConfig, faults: Faults = Faults(),
     trace = build_trace(config.job)
     result = simulate(trace, config.cluster, options, faults)
     return StepReport(config, result, config.job.memory(), trace)
+
+
+class CnnStepReport(StepReport):
+    """A 3D CNN step: samples instead of tokens, the spatial grid instead of TP/PP."""
+
+    def to_dict(self) -> dict:
+        job, cluster = self.config.job, self.config.cluster
+        out = {"name": self.config.name, "model": job.model.name,
+               "parameters": job.model.parameters,
+               "flops_per_sample": job.model.training_flops_per_sample,
+               "flops_per_step": job.model_flops_per_step,
+               "samples_per_step": job.global_batch,
+               "micro_batches_per_grid": job.micro_batches,
+               "cluster": {"gpu": cluster.device.name, "node": cluster.node.name,
+                           "num_gpus": cluster.num_devices, "fabric": cluster.fabric.name},
+               "strategy": {"dp": job.dp, "spatial": list(job.grid.split)},
+               "training": {"global_batch": job.global_batch, "micro_batch": job.micro_batch,
+                            "precision": job.precision.value,
+                            "optimizer": job.optimizer.value}}
+        out.update(self.result.to_dict())
+        out["samples_per_s"] = self.result.tokens_per_s
+        out["peak_memory_gib"] = self.result.peak_memory_gb * 1e9 / GIB
+        out["memory"] = [{"stage": s.stage, "layers": s.layers, **s.memory.to_dict(),
+                          "offloaded": s.offloaded_bytes} for s in self.memory]
+        out["memory_capacity_bytes"] = cluster.device.memory_bytes
+        return out
+
+
+def run_cnn_step(config: RunConfig) -> CnnStepReport:
+    """One step of a 3D CNN config (``load_cnn_config``): the same trace -> engine path as a
+    transformer's step; ``tokens_per_s`` counts samples."""
+    trace = build_cnn_trace(config.job)
+    result = simulate(trace, config.cluster, simulation_options(config))
+    memory = (StageMemory(stage=0, layers=len(config.job.model.layers),
+                          memory=config.job.memory(), offloaded_bytes=0.0),)
+    return CnnStepReport(config, result, memory, trace)

@@ -143,7 +143,7 @@ def test_expert_data_groups_cross_every_expert_group_once():
 
 def test_one_axis_vocabulary_for_streams_groups_and_breakdown_keys():
     from clustersim.simulator.result import AXES
-    assert AXES == ("tp", "cp", "ep", "pp", "dp")
+    assert AXES == ("tp", "cp", "ep", "pp", "dp", "spatial")
     for axis in Axis:
         assert Stream.of(axis).axis is axis
         assert ParallelLayout(tp=2, cp=2, dp=2, pp=2, ep=2).partition(axis.value)

@@ -24,6 +24,9 @@ class Axis(enum.Enum):
     """Pipeline parallel: the layers split into stages."""
     DP = "dp"
     """Data parallel (with ZeRO sharding): replicas of the model on different batches."""
+    SPATIAL = "spatial"
+    """Spatial parallel (3D CNNs): each sample's volume split over a grid of ranks, which
+    exchange the halos of every convolution (Oyama et al., IEEE TPDS 2021)."""
 
 
 EXPERT_DATA_GROUP = "edp"

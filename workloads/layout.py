@@ -93,6 +93,7 @@ class ParallelLayout:
             Axis.CP.value: lambda: cp_groups,
             Axis.PP.value: lambda: grid.transpose(1, 2, 3, 0).reshape(-1, pp),
             Axis.DP.value: lambda: replicas,
+            Axis.SPATIAL.value: lambda: grid.reshape(-1, 1),   # a transformer splits no volume
             Axis.EP.value: lambda: experts.transpose(0, 3, 1, 2).reshape(-1, self.ep),
             EXPERT_DATA_GROUP: lambda: experts.transpose(0, 3, 2, 1).reshape(-1, edp),
             EXPERT_TENSOR_GROUP: lambda: experts.reshape(-1, etp),

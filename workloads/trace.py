@@ -41,6 +41,7 @@ class Stream(enum.Enum):
     EP = Axis.EP.value
     PP = Axis.PP.value
     DP = Axis.DP.value
+    SPATIAL = Axis.SPATIAL.value
     COPY = "copy"
     """Host <-> device copies (offload)."""
 

@@ -58,15 +58,24 @@ def run(args: argparse.Namespace) -> int:
     from clustersim.analysis.cli.trace import simulate_trace_workload
     if simulate_trace_workload(args):    # the config's workload is a recorded trace
         return 0
-    from clustersim.analysis.config import config_path, read_yaml
+    from clustersim.analysis.config import config_path, load_cnn_config, read_yaml
+    from clustersim.analysis.reports.summary import cnn_summary
+    from clustersim.analysis.step import run_cnn_step
     from clustersim.analysis.sweeps.shared_fabric import is_shared
+    from clustersim.workloads.cnn.job import is_cnn_model
     path = config_path(args.config or DEFAULT_EXAMPLE)
-    if path.exists() and is_shared(read_yaml(path)):    # several jobs on one cluster
+    data = read_yaml(path) if path.exists() else {}
+    if is_shared(data):                                 # several jobs on one cluster
         return run_shared_cluster(args, path)
-    config = load_config(args.config or DEFAULT_EXAMPLE, args.catalog)
-    check_other_sections(config)
-    report = run_step(config, limit=not args.no_limit)
-    print(summary(report))
+    if is_cnn_model(data.get("model")):                 # a 3D CNN's layer list or preset
+        config = load_cnn_config(path, args.catalog)
+        report = run_cnn_step(config)
+        print(cnn_summary(report))
+    else:
+        config = load_config(args.config or DEFAULT_EXAMPLE, args.catalog)
+        check_other_sections(config)
+        report = run_step(config, limit=not args.no_limit)
+        print(summary(report))
     if args.json:
         write_json(report.to_dict(), args.json)
         print(f"\nwrote {args.json}")

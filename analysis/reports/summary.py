@@ -5,7 +5,7 @@ from __future__ import annotations
 from clustersim.hardware_specs.units import format_bytes, format_time
 from clustersim.workloads.strategy import Recompute, replica_micro_batches
 
-from clustersim.analysis.step import StepReport
+from clustersim.analysis.step import CnnStepReport, StepReport
 from clustersim.analysis.tables import key_values, render
 from clustersim.workloads.memory import GIB
 
@@ -129,3 +129,32 @@ def _micro_batches(job) -> str:
     if len(set(counts)) == 1:
         return f"{counts[0]} micro-batches"
     return f"{'/'.join(str(c) for c in counts)} micro-batches (by replica)"
+
+
+def cnn_summary(report: CnnStepReport) -> str:
+    cfg, r = report.config, report.result
+    job, cluster = cfg.job, cfg.cluster
+    grid = "x".join(map(str, job.grid.split))
+    head = key_values([
+        ("model", f"{job.model.name} ({job.model.parameters / 1e6:.2f}M parameters, "
+                  f"{job.model.training_flops_per_sample / 1e9:.1f} GFLOP per sample trained; "
+                  f"{job.model.source})"),
+        ("cluster", f"{cluster.num_devices} x {cluster.device.name} in {cluster.num_nodes} "
+                    f"{cluster.node.name} node{'s' if cluster.num_nodes > 1 else ''}, "
+                    f"{cluster.fabric.name}"),
+        ("strategy", f"spatial {grid} ({job.grid.size} GPUs per sample) x DP{job.dp}"),
+        ("batch", f"{job.global_batch} samples, micro-batch {job.micro_batch} per grid, "
+                  f"{job.micro_batches} micro-batches, {job.precision.value}, "
+                  f"{job.optimizer.value}"),
+        ("step time", format_time(r.step_time_s)),
+        ("throughput", f"{r.tokens_per_s:,.1f} samples/s, {r.tflops_per_gpu:.1f} TFLOP/s per "
+                       f"GPU, MFU {100 * r.mfu:.1f}%"),
+        ("peak memory", f"{format_bytes(r.peak_memory_gb * 1e9)} per GPU "
+                        f"({'fits' if r.fits_in_memory else 'DOES NOT FIT'} in "
+                        f"{format_bytes(cluster.device.memory_bytes)})"),
+        ("simulated", f"{len(r.classes)} rank class for {cluster.num_devices} GPUs, "
+                      f"{r.events:,} events in {r.wall_time_s:.2f} s"),
+        ("note", "exposed SPATIAL comm is the halo exchange (and the gather before the dense "
+                 "layers) the step waits for"),
+    ], title=f"clustersim: {cfg.name}")
+    return "\n\n".join([head, breakdown_table(report), memory_table(report)])

@@ -121,6 +121,7 @@ RUNS = (
     _simulate("deepseek_v3_h800.yaml", slow=True),
     GoldenRun(example="shared_fabric_4to1.yaml", args=("simulate", "shared_fabric_4to1"),
               summarize=_shared),
+    _simulate("cosmoflow_a100.yaml"),
     GoldenRun(example="failures_llama3_405b.yaml", summarize=_failures, slow=True,
               args=("failures", "failures_llama3_405b", "--days", "54", "--seeds", "200")),
     GoldenRun(example="failures_bloom_176b.yaml", summarize=_failures, slow=True,
