@@ -14,6 +14,8 @@ ops. The stage walks its pipeline schedule and, for each layer, asks each parall
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 from clustersim.hardware_specs import SpecError
 from clustersim.workloads.axes import (
     CP_A2A_GROUP, CP_RING_GROUP, EXPERT_DATA_GROUP, EXPERT_TENSOR_GROUP, TIED_EMBEDDING_GROUP,
@@ -27,8 +29,10 @@ from clustersim.workloads.stages import StagePlan, stage_plans
 from clustersim.workloads.strategies.context import ContextParallel
 from clustersim.workloads.strategies.data import DataParallel
 from clustersim.workloads.strategies.expert import ExpertParallel
-from clustersim.workloads.strategies.pipeline import PipelineParallel, stage_order
-from clustersim.workloads.strategies.program import OpList, StageProgram
+from clustersim.workloads.strategies.pipeline import PipelineParallel, Slot, stage_order, steps
+from clustersim.workloads.strategies.program import (
+    OpList, StageProgram, Steps, drain, interleave,
+)
 from clustersim.workloads.strategies.tensor import TensorParallel
 from clustersim.workloads.strategy import Recompute
 from clustersim.workloads.trace import GroupSet, Op, Phase, Program, Trace, validate
@@ -59,25 +63,26 @@ class StageBuilder:
 
     # --- a layer -------------------------------------------------------------------------
     def layer_forward(self, micro: int, layer: int, layers: list[int], phase: Phase,
-                      deps: tuple[int, ...]) -> int:
+                      deps: tuple[int, ...]) -> Steps:
         deps = deps + self.data.before_forward(phase, micro, layer, layers)
         tag = f"{'fwd' if phase is Phase.FORWARD else 'recompute'}{micro}.layer{layer}"
         work = self.work(layer)[0]
         attn = self.context.attention(f"{tag}.attn", phase, work.attention, deps, backward=False)
-        return self.expert.mlp(f"{tag}.mlp", phase, work.mlp, (attn,))
+        return (yield from self.expert.mlp(f"{tag}.mlp", phase, work.mlp, (attn,)))
 
     def layer_backward(self, micro: int, layer: int, layers: list[int], deps: tuple[int, ...],
-                       last_micro: bool) -> int:
+                       last_micro: bool) -> Steps:
         strategy = self.stage.strategy
         deps = deps + self.data.before_backward(micro, layer, layers)
         if strategy.recomputes(layers.index(layer)):
-            deps = (self.layer_forward(micro, layer, layers, Phase.RECOMPUTE, deps),)
+            deps = ((yield from self.layer_forward(micro, layer, layers, Phase.RECOMPUTE,
+                                                   deps)),)
         tag = f"bwd{micro}.layer{layer}"
         _, backward, recompute = self.work(layer)
         attention = backward.attention
         if strategy.recompute is Recompute.SELECTIVE:
             attention = recompute.attention + attention
-        mlp = self.expert.mlp(f"{tag}.mlp", Phase.BACKWARD, backward.mlp, deps)
+        mlp = yield from self.expert.mlp(f"{tag}.mlp", Phase.BACKWARD, backward.mlp, deps)
         attn = self.context.attention(f"{tag}.attn", Phase.BACKWARD, attention, (mlp,),
                                       backward=True)
         self.data.reduce_gradients(tag, layer, last_micro)
@@ -114,7 +119,7 @@ class StageBuilder:
         return self.tensor.reduce_if_split(name, op)
 
     # --- multi-token prediction ------------------------------------------------------------
-    def mtp_forward(self, micro: int, deps: tuple[int, ...]) -> None:
+    def mtp_forward(self, micro: int, deps: tuple[int, ...]) -> Generator[None, None, None]:
         """DeepSeek-V3's MTP modules after the last layer (sec. 2.2): each projects the
         previous depth's hidden state with the next token's embedding, runs a layer like the
         last one, and its own pass through the shared LM head and loss. Their parameters are
@@ -127,10 +132,12 @@ class StageBuilder:
             gathers = self.data.before_forward(Phase.FORWARD, micro, module, [module])
             attn = self.context.attention(f"{tag}.attn", Phase.FORWARD, forward.attention,
                                           (op,) + gathers, backward=False)
-            deps = (self.expert.mlp(f"{tag}.mlp", Phase.FORWARD, forward.mlp, (attn,)),)
+            deps = ((yield from self.expert.mlp(f"{tag}.mlp", Phase.FORWARD, forward.mlp,
+                                                (attn,))),)
             self.head_forward(micro, deps, part=f"mtp{depth}.")
 
-    def mtp_backward(self, micro: int, last_micro: bool) -> tuple[int, ...]:
+    def mtp_backward(self, micro: int, last_micro: bool) -> Generator[None, None,
+                                                                      tuple[int, ...]]:
         """The MTP modules' gradients, deepest first; they join the last layer's."""
         m, ops = self.stage.model, self.stage.ops
         backward = self.work(m.layers - 1)[1]
@@ -139,7 +146,8 @@ class StageBuilder:
             tag, module = f"bwd{micro}.mtp{depth}", m.layers + depth
             head = self.head_backward(micro, deps, part=f"mtp{depth}.")
             gathers = self.data.before_backward(micro, module, [module])
-            mlp = self.expert.mlp(f"{tag}.mlp", Phase.BACKWARD, backward.mlp, (head,) + gathers)
+            mlp = yield from self.expert.mlp(f"{tag}.mlp", Phase.BACKWARD, backward.mlp,
+                                             (head,) + gathers)
             attn = self.context.attention(f"{tag}.attn", Phase.BACKWARD, backward.attention,
                                           (mlp,), backward=True)
             deps = (ops.compute(f"{tag}.input", Phase.BACKWARD,
@@ -148,49 +156,69 @@ class StageBuilder:
         return deps
 
     # --- the schedule ----------------------------------------------------------------------
-    def run(self) -> tuple[Op, ...]:
-        stage, ops = self.stage, self.stage.ops
-        strategy, index = stage.strategy, stage.plan.stage
+    def forward_pass(self, slot: Slot) -> Steps:
+        """One micro-batch's forward through one of the stage's model chunks."""
+        stage, strategy = self.stage, self.stage.strategy
+        chunk = slot.chunk * strategy.pp + stage.plan.stage      # global chunk index
         last_chunk = strategy.chunks - 1
-        for slot in stage_order(strategy.schedule, strategy.pp, strategy.virtual_stages,
-                                stage.job.micro_batches, index):
-            chunk = slot.chunk * strategy.pp + index       # global chunk index
-            layers = list(stage.plan.chunk_layer_ids[slot.chunk])
-            micro = slot.micro
-            if slot.kind is Pass.FORWARD:
-                deps: tuple[int, ...] = ()
-                if chunk > 0:
-                    deps = (self.pipeline.receive(Pass.FORWARD, micro, chunk),)
-                if chunk in (0, last_chunk):
-                    deps += self.data.gather_root(micro)
-                if chunk == 0:
-                    deps = (self.embedding_forward(micro, deps),)
-                for layer in layers:
-                    deps = (self.layer_forward(micro, layer, layers, Phase.FORWARD, deps),)
-                if chunk == last_chunk:
-                    self.head_forward(micro, deps)
-                    self.mtp_forward(micro, deps)
-                else:
-                    self.pipeline.send(Pass.FORWARD, micro, chunk, deps)
+        layers, micro = list(stage.plan.chunk_layer_ids[slot.chunk]), slot.micro
+        deps: tuple[int, ...] = ()
+        if chunk > 0:
+            deps = (self.pipeline.receive(Pass.FORWARD, micro, chunk),)
+        if chunk in (0, last_chunk):
+            deps += self.data.gather_root(micro)
+        if chunk == 0:
+            deps = (self.embedding_forward(micro, deps),)
+        for layer in layers:
+            deps = ((yield from self.layer_forward(micro, layer, layers, Phase.FORWARD, deps)),)
+        if chunk == last_chunk:
+            self.head_forward(micro, deps)
+            yield from self.mtp_forward(micro, deps)
+            return stage.ops.ops[-1].id
+        return self.pipeline.send(Pass.FORWARD, micro, chunk, deps)
+
+    def backward_pass(self, slot: Slot) -> Steps:
+        """One micro-batch's backward through one of the stage's model chunks."""
+        stage, strategy = self.stage, self.stage.strategy
+        chunk = slot.chunk * strategy.pp + stage.plan.stage
+        last_chunk = strategy.chunks - 1
+        layers, micro = list(stage.plan.chunk_layer_ids[slot.chunk]), slot.micro
+        deps: tuple[int, ...] = ()
+        if chunk < last_chunk:
+            deps = (self.pipeline.receive(Pass.BACKWARD, micro, chunk),)
+        last_micro = micro == stage.job.micro_batches - 1
+        if chunk == last_chunk:
+            mtp = yield from self.mtp_backward(micro, last_micro)
+            deps = (self.head_backward(micro, mtp),)
+        backwards = layers[::-1]
+        for layer in backwards:
+            deps = ((yield from self.layer_backward(micro, layer, backwards, deps,
+                                                    last_micro)),)
+        if chunk == 0:
+            last = stage.ops.compute(f"bwd{micro}.embedding", Phase.BACKWARD,
+                                     stage.kernels.embedding_backward(), deps)
+        else:
+            last = self.pipeline.send(Pass.BACKWARD, micro, chunk, deps)
+        if chunk in (0, last_chunk):
+            self.data.reduce_root(micro)
+        return last
+
+    def run(self) -> tuple[Op, ...]:
+        stage, strategy = self.stage, self.stage.strategy
+        order = stage_order(strategy.schedule, strategy.pp, strategy.virtual_stages,
+                            stage.job.micro_batches, stage.plan.stage,
+                            merge=strategy.moe_a2a_overlap)
+        for step in steps(order):
+            passes = [self.forward_pass(s) if s.kind is Pass.FORWARD else self.backward_pass(s)
+                      for s in step]
+            if len(passes) == 2:
+                # The backward first: its combine all-to-all hides under the forward's
+                # attention, as in Megatron-Core's merged forward-backward.
+                interleave(passes[1], passes[0])
             else:
-                if chunk < last_chunk:
-                    deps = (self.pipeline.receive(Pass.BACKWARD, micro, chunk),)
-                last_micro = micro == stage.job.micro_batches - 1
-                if chunk == last_chunk:
-                    mtp = self.mtp_backward(micro, last_micro)
-                    deps = (self.head_backward(micro, mtp),)
-                backwards = layers[::-1]
-                for layer in backwards:
-                    deps = (self.layer_backward(micro, layer, backwards, deps, last_micro),)
-                if chunk == 0:
-                    ops.compute(f"bwd{micro}.embedding", Phase.BACKWARD,
-                                stage.kernels.embedding_backward(), deps)
-                else:
-                    self.pipeline.send(Pass.BACKWARD, micro, chunk, deps)
-                if chunk in (0, last_chunk):
-                    self.data.reduce_root(micro)
+                drain(passes[0])
         self.data.optimizer_step()
-        return tuple(ops.ops)
+        return tuple(stage.ops.ops)
 
 
 def group_sets(layout: ParallelLayout, tied_pp_embedding: bool) -> dict[str, GroupSet]:

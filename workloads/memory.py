@@ -15,7 +15,8 @@ Sources:
   gated MLPs, missing dropout, fused attention and context parallelism change them the right way.
 - In-flight micro-batches: 1F1B keeps pp - i on stage i, GPipe all m, the interleaved schedule
   multiplies stage 0's by (1 + (pp - 1) / (pp v)) (Korthikanti sec. 4.2.3; Megatron-LM's
-  ``get_num_warmup_microbatches``).
+  ``get_num_warmup_microbatches``); the 1F1B all-to-all overlap's merged schedule holds one
+  micro-batch (one chunk) more, for its extra warm-up forward.
 """
 
 from __future__ import annotations
@@ -136,12 +137,13 @@ def _sbh(model: TransformerSpec, training: TrainingSpec, strategy: Strategy) -> 
 def inflight_layer_sets(plan: StagePlan, strategy: Strategy, micro: int) -> float:
     """Layer-micro-batch activation sets stage ``plan.stage`` holds at its peak."""
     pp, v, i = strategy.pp, strategy.virtual_stages, plan.stage
+    merged = int(strategy.moe_a2a_overlap)   # its one more warm-up forward
     if strategy.schedule is Schedule.GPIPE:
         return float(micro * plan.layers)
     if strategy.schedule is Schedule.INTERLEAVED and v > 1:
-        chunks = min(2 * (pp - i - 1) + (v - 1) * pp + 1, micro * v)
+        chunks = min(2 * (pp - i - 1) + (v - 1) * pp + 1 + merged, micro * v)
         return chunks * plan.layers / v
-    return float(min(pp - i, micro) * plan.layers)
+    return float(min(pp - i + merged, micro) * plan.layers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,6 +119,12 @@ class Strategy:
     ep_dispatcher: Dispatcher = Dispatcher.ALLTOALL
     """How tokens reach their experts: NCCL all-to-all, or DeepEP's normal or low-latency
     kernels (Megatron-Core ``--moe-token-dispatcher-type alltoall`` or ``flex``)."""
+    moe_a2a_overlap: bool = False
+    """Megatron-Core's 1F1B all-to-all overlap (``--overlap-moe-expert-parallel-comm``): each
+    steady-state forward runs merged with a backward of another micro-batch, the expert
+    all-to-alls of one under the compute of the other (``workloads/strategies/pipeline.py``).
+    Needs ep > 1, no full recompute, and with pp > 1 the interleaved schedule, as Megatron-Core
+    requires."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism: norms/dropout split over TP; all-gather + reduce-scatter."""
     schedule: Schedule = Schedule.ONE_F_ONE_B
@@ -212,6 +218,7 @@ class Strategy:
         return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp,
                 "cp_algorithm": self.cp_algorithm.value, "cp_a2a": self.cp_a2a,
                 "ep": self.ep, "etp": self.etp, "ep_dispatcher": self.ep_dispatcher.value,
+                "moe_a2a_overlap": self.moe_a2a_overlap,
                 "sequence_parallel": self.sequence_parallel, "schedule": self.schedule.value,
                 "virtual_stages": self.virtual_stages, "recompute": self.recompute.value,
                 "recompute_layers": self.recompute_layers, "zero": self.zero,
@@ -240,6 +247,7 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
         ep=f.integer("ep", 1, minimum=1),
         etp=f.integer("etp", 0, minimum=0),
         ep_dispatcher=f.choice("ep_dispatcher", Dispatcher, Dispatcher.ALLTOALL),
+        moe_a2a_overlap=f.boolean("moe_a2a_overlap", False),
         sequence_parallel=f.boolean("sequence_parallel", False),
         schedule=f.choice("schedule", Schedule, Schedule.ONE_F_ONE_B),
         virtual_stages=f.integer("virtual_stages", 1, minimum=1),
@@ -300,6 +308,22 @@ def _check_experts(s: Strategy, model: TransformerSpec, path: str) -> None:
     if etp != s.tp and s.tp > 1 and not s.sequence_parallel:
         raise SpecError(f"{path}.etp", f"{etp} differs from tp={s.tp}: experts then take each "
                         "device's own tokens, which needs sequence_parallel: true")
+
+
+def _check_a2a_overlap(s: Strategy, path: str) -> None:
+    """Megatron-Core's rules for ``--overlap-moe-expert-parallel-comm`` (its MoE guide)."""
+    if not s.moe_a2a_overlap:
+        return
+    field = f"{path}.moe_a2a_overlap"
+    if s.ep == 1:
+        raise SpecError(field, "overlaps expert all-to-alls and needs ep > 1")
+    if s.recompute is Recompute.FULL:
+        raise SpecError(field, "does not run with recompute: full (Megatron-Core refuses it)")
+    if s.schedule is Schedule.GPIPE or (s.pp > 1 and s.virtual_stages == 1):
+        raise SpecError(field, "merges a forward with a backward of the 1F1B steady state: with "
+                        f"pp > 1 it needs schedule: interleaved and virtual_stages > 1 (got "
+                        f"schedule {s.schedule.value}, pp={s.pp}, "
+                        f"virtual_stages={s.virtual_stages})")
 
 
 def micro_batches(training: TrainingSpec, strategy: Strategy) -> int:
@@ -389,6 +413,7 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
     if s.ep_dispatcher is not Dispatcher.ALLTOALL and s.ep == 1:
         raise SpecError(f"{path}.ep_dispatcher", f"{s.ep_dispatcher.value} dispatches tokens "
                         "between expert-parallel ranks and needs ep > 1")
+    _check_a2a_overlap(s, path)
     if s.virtual_stages > 1 and s.schedule is not Schedule.INTERLEAVED:
         raise SpecError(f"{path}.virtual_stages", f"{s.virtual_stages} needs schedule: interleaved")
     if s.schedule is Schedule.INTERLEAVED:

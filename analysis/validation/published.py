@@ -167,7 +167,8 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "tp": _int(row, "tp"), "pp": _int(row, "pp"), "dp": _int(row, "dp"),
         "cp": _int(row, "cp", 1), "ep": _int(row, "ep", 1),
         **{flag: _cell(row, flag, "false")
-           for flag in ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather")},
+           for flag in ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather",
+                        "moe_a2a_overlap")},
         "ep_dispatcher": _cell(row, "ep_dispatcher", "alltoall"), "etp": _int(row, "etp", 0),
         "cp_algorithm": _cell(row, "cp_algorithm", "ring"), "cp_a2a": _int(row, "cp_a2a", 0),
         "zero": _int(row, "zero", 0), "recompute": _cell(row, "recompute", "none"),

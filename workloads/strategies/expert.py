@@ -19,7 +19,7 @@ from clustersim.workloads.axes import EXPERT_TENSOR_GROUP, Axis
 from clustersim.workloads.dispatch import TokenRouting
 from clustersim.workloads.layer_ops import Kernel
 from clustersim.workloads.routing import expert_load
-from clustersim.workloads.strategies.program import StageProgram
+from clustersim.workloads.strategies.program import StageProgram, Steps
 from clustersim.workloads.strategies.tensor import TensorParallel
 from clustersim.workloads.trace import CollectiveKind, Phase
 
@@ -72,10 +72,11 @@ class ExpertParallel:
                             groups_per_token=m.expert_group_limit or m.expert_groups)
 
     def mlp(self, name: str, phase: Phase, kernels: tuple[Kernel, ...],
-            deps: tuple[int, ...]) -> int:
+            deps: tuple[int, ...]) -> Steps:
         """MoE MLP: router and permute, dispatch all-to-all, experts, combine all-to-all,
         unpermute (for ep > 1); shared experts after the combine, as Megatron-Core runs them
-        without ``--moe-shared-expert-overlap``."""
+        without ``--moe-shared-expert-overlap``. Pauses after each all-to-all, where a merged
+        pass may run its compute (``program.interleave``)."""
         parts: dict[str, tuple[Kernel, ...]] = {}
         for k in kernels:
             parts[_part(k)] = parts.get(_part(k), ()) + (k,)
@@ -94,12 +95,14 @@ class ExpertParallel:
         if etp > 1:
             dispatch = ops.collective(f"{name}.etp_all_gather", CollectiveKind.ALL_GATHER, shared,
                                       Axis.EP, (dispatch,), group=EXPERT_TENSOR_GROUP)
+        yield
         mid = ops.compute(f"{name}.experts", phase, parts["experts"], (dispatch,))
         if etp > 1:
             mid = ops.collective(f"{name}.etp_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
                                  shared, Axis.EP, (mid,), group=EXPERT_TENSOR_GROUP)
         combine = ops.collective(f"{name}.ep_combine", CollectiveKind.ALL_TO_ALL,
                                  routing.payload_bytes, Axis.EP, (mid,), routing=routing)
+        yield
         tail = parts.get("shared", ()) + parts.get(last, ())
         if not tail:
             return combine

@@ -8,6 +8,14 @@
   chunk-passes; micro-batches advance in groups of pp). Its bubble is (pp - 1) / (v m) of the ideal
   time, 1/v of 1F1B's (p - 1) / m.
 
+With Megatron-Core's 1F1B all-to-all overlap (``--overlap-moe-expert-parallel-comm``, "EP A2A
+overlap" in its MoE guide) each steady-state forward runs merged with the backward after it: the
+builder interleaves the two passes so that the expert all-to-all of one hides under the compute of
+the other (attention forward under the backward's combine, the backward's expert GEMMs under the
+forward's dispatch, and so on; the overlapped chunk pair of the DeepSeek-V3 report, arXiv
+2412.19437 sec. 3.2.1, Figure 4). A merged pair must hold different micro-batches, so the merged
+schedule runs one warm-up forward more than the plain one.
+
 Between stages each micro-batch's activation goes forward and its gradient back, split over the
 TP ranks (Megatron's scatter/gather optimisation, Narayanan et al. SC'21 sec. 4.1): each TP rank
 sends 1/tp of it, as non-blocking send/recv on the pp stream.
@@ -32,6 +40,8 @@ class Slot:
     micro: int
     chunk: int
     """Virtual-stage index on this stage (0 .. v-1)."""
+    merged: bool = False
+    """A backward that runs merged with the forward just before it (all-to-all overlap)."""
 
 
 def _interleaved_slot(k: int, pp: int, v: int, kind: Pass) -> Slot:
@@ -43,7 +53,11 @@ def _interleaved_slot(k: int, pp: int, v: int, kind: Pass) -> Slot:
     return Slot(kind, group * pp + within % pp, chunk)
 
 
-def stage_order(schedule: Schedule, pp: int, v: int, micro: int, stage: int) -> list[Slot]:
+def stage_order(schedule: Schedule, pp: int, v: int, micro: int, stage: int,
+                merge: bool = False) -> list[Slot]:
+    """The stage's passes in the order it runs them; with ``merge`` (1F1B and interleaved
+    only), one warm-up forward more and every steady-state backward merged with the forward
+    before it."""
     if schedule is Schedule.GPIPE:
         return ([Slot(Pass.FORWARD, j, 0) for j in range(micro)]
                 + [Slot(Pass.BACKWARD, j, 0) for j in range(micro)])
@@ -57,14 +71,27 @@ def stage_order(schedule: Schedule, pp: int, v: int, micro: int, stage: int) -> 
         warmup = min(pp - stage - 1, micro)
         fwd = [Slot(Pass.FORWARD, j, 0) for j in range(micro)]
         bwd = [Slot(Pass.BACKWARD, j, 0) for j in range(micro)]
+    if merge:
+        warmup = min(warmup + 1, total)
     order = fwd[:warmup]
     f, b = warmup, 0
     while f < total:
         order.append(fwd[f])
-        order.append(bwd[b])
+        order.append(Slot(Pass.BACKWARD, bwd[b].micro, bwd[b].chunk, merged=merge))
         f, b = f + 1, b + 1
     order += bwd[b:]
     return order
+
+
+def steps(order: list[Slot]) -> list[tuple[Slot, ...]]:
+    """The order as steps: one pass, or a forward and the backward merged with it."""
+    out: list[tuple[Slot, ...]] = []
+    for slot in order:
+        if slot.merged and out:
+            out[-1] = out[-1] + (slot,)
+        else:
+            out.append((slot,))
+    return out
 
 
 class PipelineParallel:

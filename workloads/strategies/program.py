@@ -3,6 +3,7 @@ strategy reads to emit its part (the job, the stage, one device's kernels)."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, field
 
 from clustersim.workloads.axes import Axis
@@ -93,3 +94,30 @@ class StageProgram:
         """One micro-batch's hidden states on this device's sequence shard (before sequence
         parallelism splits them): what TP collectives and pipeline sends carry."""
         return self.kernels.tokens * self.job.model.hidden * self.element_bytes
+
+
+Steps = Generator[None, None, int]
+"""A pass's emission, paused after each op that another pass's compute may hide (an expert
+all-to-all); it returns the pass's last op."""
+
+
+def drain(steps: Steps) -> int:
+    """Emit a pass to its end; its last op."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def interleave(first: Steps, second: Steps) -> None:
+    """Emit two independent passes turn by turn, switching at every pause: the compute stream
+    then runs one pass's compute while the other's all-to-all is in flight. With no pause the
+    passes come one after the other, as without interleaving."""
+    active = [first, second]
+    while active:
+        for steps in tuple(active):
+            try:
+                next(steps)
+            except StopIteration:
+                active.remove(steps)
