@@ -18,13 +18,14 @@ COLLECTIVE_ROW_BUDGET = 600_000
 """GPUs x sizes of ``clustersim collective``: about 40 s (16,384 GPUs x 31 sizes is 507,904)."""
 
 
-def layer_passes(job: Job, expand: bool = False) -> float:
+def layer_passes(job: Job, per_rank: bool = False) -> float:
     """Layer passes the engine replays for ``job``: micro-batches x layers x context-parallel
-    steps, twice for ZeRO-3's gathers; every data-parallel replica again when rank classes are
-    expanded."""
+    steps, twice for ZeRO-3's gathers; every data-parallel replica again when each rank is a
+    class of its own (an expanded run with interference on; otherwise an expanded run follows
+    the ranks as lanes of the collapsed run's classes)."""
     s = job.strategy
     passes = job.micro_batches * job.model.layers * s.cp * (2 if s.zero == 3 else 1)
-    return passes * (s.world_size // s.pp if expand else 1)
+    return passes * (s.world_size // s.pp if per_rank else 1)
 
 
 def check_budget(work: float, budget: float, what: str, way_past: str) -> None:

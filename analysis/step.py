@@ -95,7 +95,8 @@ def run_step(config: RunConfig, faults: Faults = Faults(),
     section = simulation_section(config)
     options = options or section.options
     if limit and section.limit:
-        check_budget(layer_passes(config.job, options.expand), LAYER_PASS_BUDGET,
+        check_budget(layer_passes(config.job, options.one_class_per_rank(config.cluster.device)),
+                     LAYER_PASS_BUDGET,
                      "the step's layer passes (micro-batches x layers x cp)",
                      "--no-limit (or simulation.limit: false)")
     trace = build_trace(config.job)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import simpy
 from simpy.core import EmptySchedule
 
-from clustersim.hardware_specs import ClusterSpec
+from clustersim.hardware_specs import ClusterSpec, DeviceSpec
 from clustersim.simulator.classes import RankClass, rank_classes
 from clustersim.simulator.cost.collectives import COPY_KERNEL_S, Algorithm, Plan
 from clustersim.simulator.cost.compute import ComputeModel
@@ -32,11 +32,13 @@ from clustersim.simulator.cost.memory import MemoryModel
 from clustersim.simulator.cost.network import NetworkModel
 from clustersim.simulator.flows import FlowNetwork
 from clustersim.simulator.interference import DeviceActivity, Interference
+from clustersim.simulator.lanes import LaneReplay, Unsupported
 from clustersim.simulator.records import ClassTimeline, OpRecord, Replay
 from clustersim.simulator.result import StepResult, charged_axis
+from clustersim.simulator.streams import stream_runs
 from clustersim.simulator.summary import summarize
 from clustersim.workloads.trace import (
-    CollectiveKind, CollectiveOp, ComputeOp, CopyOp, MemoryOp, Op, RecvOp, SendOp, Stream, Trace,
+    CollectiveKind, CollectiveOp, ComputeOp, CopyOp, MemoryOp, Op, RecvOp, SendOp, Trace,
 )
 
 
@@ -58,12 +60,21 @@ class SimulationOptions:
     same cores or SMs do both): only the overlapping part of an op stretches, whether the op
     or the transfer started first. None: the device's own figure."""
     expand: bool = False
-    """Simulate every rank on its own (for checking the rank-class collapse)."""
+    """Follow every rank's own clock, so stragglers and degraded links can differ rank by rank
+    (``lanes.py``; one class per rank when compute/communication interference is on)."""
     record: bool = True
     """Keep per-op records (for the Chrome trace and breakdowns of every class)."""
     network: NetworkMode = NetworkMode.FLOW
     algorithms: Mapping[CollectiveKind, Algorithm] = field(default_factory=dict)
     """Forced collective algorithm per kind (default: NCCL-style automatic choice)."""
+
+    def one_class_per_rank(self, device: DeviceSpec) -> bool:
+        """Whether an expanded run simulates each rank as a class of its own: when compute and
+        transfers slow each other down (a per-device state the lanes do not follow). Otherwise
+        it follows every rank's clock for about the events of the collapsed run."""
+        return self.expand and Interference.of(
+            device, comm=self.comm_slowdown_when_overlapped,
+            compute=self.compute_slowdown_when_overlapped).any
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,11 +145,14 @@ class StepSimulation:
                  options: SimulationOptions = SimulationOptions(), faults: Faults = Faults(),
                  compute: ComputeCost | None = None, network: NetworkCost | None = None,
                  memory: MemoryCost | None = None, *, env: simpy.Environment | None = None,
-                 flows: FlowNetwork | None = None, devices: Sequence[int] | None = None):
+                 flows: FlowNetwork | None = None, devices: Sequence[int] | None = None,
+                 lanes: bool = True):
         """``compute``, ``network`` and ``memory`` replace the default cost models (tests,
         calibration). ``env``, ``flows`` and ``devices`` let several jobs share one SimPy
         environment and one flow network (``simulator/shared_fabric.py``): ``devices[d]`` is
-        the fabric's device that runs the job's device ``d`` (``cluster.device_of(rank)``)."""
+        the fabric's device that runs the job's device ``d`` (``cluster.device_of(rank)``).
+        ``lanes=False`` expands into one class per rank, the slow reference that the lane
+        engine is checked against."""
         self.trace, self.cluster, self.options, self.faults = trace, cluster, options, faults
         self.compute = compute or ComputeModel(cluster.device)
         model = MeasuredNetwork if cluster.node.measured_comm else NetworkModel
@@ -153,14 +167,32 @@ class StepSimulation:
                       if options.network is NetworkMode.FLOW else None)
         self.device_of = (cluster.device_of if devices is None
                           else lambda rank: devices[cluster.device_of(rank)])
-        conditions = {r: faults.condition(r) for r in faults.ranks()}
-        self.classes, self.class_of = rank_classes(trace, conditions, expand=options.expand)
-        self.states = [
-            _ClassState(c, trace.programs[c.program].ops, faults.condition(c.representative),
-                        self.interference)
-            for c in self.classes]
         self.rendezvous: dict[tuple, _Rendezvous] = {}
         self._instance_cache: dict[tuple, Instances] = {}
+        self.lanes: LaneReplay | None = None
+        if options.expand and lanes and not options.one_class_per_rank(cluster.device):
+            self.classes, self.class_of = rank_classes(trace)
+            try:
+                self.lanes = LaneReplay(
+                    trace, self.classes, self.class_of, compute=self.compute,
+                    network=self.network, memory=self.memory, env=self.env, flows=self.flows,
+                    compute_slowdown=faults.compute_slowdown,
+                    link_slowdown=faults.link_slowdown, device_of=self.device_of,
+                    record=options.record)
+            except Unsupported:  # ranks of a class meet different classes: one class per rank
+                self.lanes = None
+        if self.lanes is None:
+            self._class_states(expand=options.expand)
+
+    def _class_states(self, expand: bool) -> None:
+        """One state per rank class (per rank when ``expand``)."""
+        faults = self.faults
+        conditions = {r: faults.condition(r) for r in faults.ranks()}
+        self.classes, self.class_of = rank_classes(self.trace, conditions, expand=expand)
+        self.states = [
+            _ClassState(c, self.trace.programs[c.program].ops, faults.condition(c.representative),
+                        self.interference)
+            for c in self.classes]
 
     # --- structure ----------------------------------------------------------------------
     def _signature(self, st: _ClassState, group_set: str) -> tuple[int, ...]:
@@ -209,9 +241,6 @@ class StepSimulation:
     def _stream(self, st: _ClassState, ops: list[Op]):
         for op in ops:
             yield from self._run_op(st, op)
-
-    def _single(self, st: _ClassState, op: Op):
-        yield from self._run_op(st, op)
 
     def _run_op(self, st: _ClassState, op: Op):
         finish = st.finish
@@ -358,17 +387,8 @@ class StepSimulation:
     # --- running ----------------------------------------------------------------------------
     def _start_processes(self) -> None:
         for st in self.states:
-            by_stream: dict[Stream, list[Op]] = {}
-            for op in st.ops:
-                by_stream.setdefault(op.stream, []).append(op)
-            for stream, ops in by_stream.items():
-                if stream is Stream.PP:
-                    for op in ops:
-                        self.env.process(self._single(st, op))
-                else:
-                    for before, after in zip(ops, ops[1:]):
-                        st.previous[after.id] = before.id
-                    self.env.process(self._stream(st, ops))
+            for ops in stream_runs(st.ops, st.previous):
+                self.env.process(self._stream(st, ops))
 
     def _run_to_end(self) -> int:
         """Process every event; return how many there were (SimPy's public stepping API)."""
@@ -389,10 +409,15 @@ class StepSimulation:
 
     def start(self) -> None:
         """Create the step's processes in the environment (a shared one runs them later)."""
-        self._start_processes()
+        if self.lanes is not None:
+            self.lanes.start()
+        else:
+            self._start_processes()
 
     def finished(self, events: int, wall_time_s: float) -> Replay:
         """The records once the environment has run out of events; a deadlock is an error."""
+        if self.lanes is not None:
+            return self.lanes.finished(events, wall_time_s)
         stuck = [st for st in self.states if any(f != f for f in st.finish)]
         if stuck:
             st = stuck[0]

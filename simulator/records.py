@@ -58,3 +58,5 @@ class Replay:
     events: int
     """SimPy events processed."""
     wall_time_s: float
+    rank_finish_s: np.ndarray | None = None
+    """rank -> when it finished its last op (expanded replays, which follow every rank)."""

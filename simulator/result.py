@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from clustersim.simulator.records import OpRecord
 from clustersim.workloads.axes import Axis
 from clustersim.workloads.trace import CollectiveOp, RecvOp, SendOp
@@ -81,6 +83,8 @@ class StepResult:
     """SimPy events processed."""
     wall_time_s: float
     records: tuple[OpRecord, ...] = field(default=(), repr=False)
+    rank_finish_s: np.ndarray | None = field(default=None, repr=False, compare=False)
+    """rank -> when it finished (expanded runs); each class then reports its slowest rank."""
 
     def to_dict(self) -> dict:
         return {
@@ -97,7 +101,16 @@ class StepResult:
                  "representative_rank": c.representative, "finish_s": c.finish_s,
                  "breakdown": c.breakdown.to_dict()} for c in self.classes],
             "simulation": {"events": self.events, "wall_time_s": self.wall_time_s},
-        }
+        } | self._ranks_dict()
+
+    def _ranks_dict(self) -> dict:
+        """Expanded runs: the spread of the ranks' finish times and the slowest rank."""
+        f = self.rank_finish_s
+        if f is None:
+            return {}
+        return {"ranks": {"count": len(f), "slowest_rank": int(np.argmax(f)),
+                          "finish_s_min": float(f.min()), "finish_s_median": float(np.median(f)),
+                          "finish_s_max": float(f.max())}}
 
     def frame(self):
         """One row per rank class with its breakdown (a pandas DataFrame)."""

@@ -47,4 +47,5 @@ def summarize(replay: Replay, trace: Trace, device: DeviceSpec, capacity_bytes: 
         events=replay.events,
         wall_time_s=replay.wall_time_s,
         records=records,
+        rank_finish_s=replay.rank_finish_s,
     )

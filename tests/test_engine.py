@@ -84,9 +84,12 @@ def test_collapsed_and_expanded_runs_agree(catalog, strategy):
     cluster = catalog.cluster(device="h100-sxm", num_devices=16)
     job = tiny_job(strategy, global_batch=16)
     collapsed = _run(job, cluster)
-    expanded = _run(job, cluster, options=SimulationOptions(expand=True))
-    assert len(expanded.classes) == 16 and len(collapsed.classes) == strategy.pp
-    assert expanded.step_time_s == pytest.approx(collapsed.step_time_s, rel=1e-12)
+    per_rank = _run(job, cluster, options=SimulationOptions(expand=True), lanes=False)
+    lanes = _run(job, cluster, options=SimulationOptions(expand=True))
+    assert len(per_rank.classes) == 16 and len(collapsed.classes) == strategy.pp
+    assert per_rank.step_time_s == pytest.approx(collapsed.step_time_s, rel=1e-12)
+    assert lanes.step_time_s == pytest.approx(collapsed.step_time_s, rel=1e-12)
+    assert len(lanes.rank_finish_s) == 16
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: f"tp{s.tp}pp{s.pp}dp{s.dp}cp{s.cp}z{s.zero}")

@@ -130,7 +130,7 @@ def test_the_work_budget_counts_what_the_engine_replays():
     from tests.conftest import tiny_job
     job = tiny_job(Strategy(dp=2, pp=2), global_batch=16)       # 8 micro-batches, 8 layers
     assert layer_passes(job) == 8 * 8
-    assert layer_passes(job, expand=True) == 8 * 8 * 2
+    assert layer_passes(job, per_rank=True) == 8 * 8 * 2
     assert layer_passes(tiny_job(Strategy(dp=4, zero=3))) == 4 * 8 * 2
     assert layer_passes(tiny_job(Strategy(dp=4, zero=3))) < LAYER_PASS_BUDGET
 

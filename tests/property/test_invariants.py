@@ -55,8 +55,9 @@ def _cluster(job, gpu="h100-sxm"):
     return CATALOG.cluster(device=gpu, num_devices=job.strategy.world_size)
 
 
-def _run(job, **options):
-    return StepSimulation(build_trace(job), _cluster(job), SimulationOptions(**options)).run()
+def _run(job, lanes=True, **options):
+    return StepSimulation(build_trace(job), _cluster(job), SimulationOptions(**options),
+                          lanes=lanes).run()
 
 
 @given(jobs(), st.sampled_from(["h100-sxm", "a100-80gb"]))
@@ -76,9 +77,12 @@ def test_collapsed_rank_classes_give_the_expanded_step_time(job):
     """Ranks with identical programs on a homogeneous cluster are simulated once; simulating
     every rank on its own must not change the step."""
     collapsed = _run(job, record=False)
-    expanded = _run(job, record=False, expand=True)
+    expanded = _run(job, record=False, expand=True, lanes=False)
     assert len(expanded.classes) == job.strategy.world_size
     assert expanded.step_time_s == pytest.approx(collapsed.step_time_s, rel=1e-12)
+    lanes = _run(job, record=False, expand=True)
+    assert lanes.step_time_s == pytest.approx(collapsed.step_time_s, rel=1e-12)
+    assert (lanes.rank_finish_s <= lanes.step_time_s).all()
 
 
 @given(jobs())
