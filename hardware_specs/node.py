@@ -27,6 +27,8 @@ class NicKind(enum.Enum):
     ROCE = "roce"
     EFA = "efa"
     """AWS Elastic Fabric Adapter (SRD transport; NCCL runs it through the aws-ofi-nccl plugin)."""
+    OMNI_PATH = "omni_path"
+    """Intel (now Cornelis) Omni-Path Architecture; NCCL reaches it through a libfabric plugin."""
     ETHERNET = "ethernet"
     LOOPBACK = "loopback"
 

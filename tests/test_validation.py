@@ -79,3 +79,51 @@ def test_a_flag_column_that_is_not_true_or_false_names_the_field(catalog):
     row = next(csv.DictReader(open(RUNS)))
     with pytest.raises(SpecError, match="strategy.tp_comm_overlap: expected true or false"):
         row_config(dict(row, tp_comm_overlap="yes"), catalog)
+
+
+def test_a_node_column_runs_the_row_on_that_node(catalog):
+    """BLOOM-176B trained on Jean Zay's A100 nodes with 4 Omni-Path links each, not on DGX A100s
+    with 8 HDR NICs; the ``node`` column says so and the row runs there."""
+    from clustersim.analysis.validation.published import row_config
+    rows = csv.DictReader(open(REPO / "analysis/data/published_runs_megatron_family.csv"))
+    bloom = next(r for r in rows if r["id"] == "bloom176b_jeanzay")
+    node = row_config(bloom, catalog).cluster.node
+    assert (node.name, node.nic_count, node.nic_bandwidth * 8) == ("jean-zay-a100", 4, 100e9)
+    assert row_config(dict(bloom, node=""), catalog).cluster.node.name == "dgx-a100"
+
+
+def test_bloom_176b_within_twelve_percent_of_its_logged_iteration(catalog):
+    """tr11-176B-ml's log: 104.70 s per iteration (GBS 2048, TP 4, PP 12, DP 8, MBS 2) with
+    unfused attention on Omni-Path nodes."""
+    from clustersim.analysis.validation.published import row_config
+    from clustersim.analysis.step import run_step
+    rows = csv.DictReader(open(REPO / "analysis/data/published_runs_megatron_family.csv"))
+    bloom = next(r for r in rows if r["id"] == "bloom176b_jeanzay")
+    predicted = run_step(row_config(bloom, catalog)).result.step_time_s
+    assert abs(predicted / 104.70 - 1) <= 0.12
+
+
+def test_h200_in_step_throughput_of_a_2026_stack(catalog):
+    """The in-training GEMM factor (fitted on MosaicML's 2023 H100 runs) against a measurement
+    made inside a training step with a 2026 software stack (torch 2.13, CUDA 13.0, DeepSpeed
+    0.19.2, FlashAttention-3), never used to set it: stas00/ml-engineering
+    insights/when-to-upgrade-gpus, "Step decomposition @ 8k": Llama-3.1-8B, 8x H200, ZeRO-2,
+    micro-batch 1, seq 8192, no recompute, 461 TFLOPS per GPU in total. Its FLOP count
+    (bench_decompose.py flops_split: 6 x (layer linears x 32 + vocab x hidden) x tokens, plus
+    6 s^2 x head_dim x heads x layers) is 421.6 TFLOP per GPU, so one step takes 0.9146 s."""
+    from clustersim.analysis.validation.published import row_config
+    from clustersim.analysis.step import run_step
+    row = {"id": "mle_h200_llama31_8b", "source": "stas00/ml-engineering (2026)",
+           "model_name": "Llama-3.1-8B", "layers": "32", "hidden": "4096", "ffn_hidden": "14336",
+           "heads": "32", "kv_heads": "8", "vocab": "128256", "mlp": "swiglu", "seq_len": "8192",
+           "global_batch": "8", "micro_batch": "1", "gpu": "h200", "num_gpus": "8",
+           "gpus_per_node": "8", "tp": "1", "pp": "1", "dp": "8", "zero": "2",
+           "recompute": "none", "precision": "bf16", "attention": "flash3",
+           "measured_step_time_s": "0.9146"}
+    hidden, ffn, kv, layers, vocab, tokens = 4096, 14336, 1024, 32, 128256, 8192
+    dense = 6 * ((3 * hidden * ffn + hidden * (2 * hidden + 2 * kv)) * layers + vocab * hidden)
+    attention = 6 * tokens ** 2 * 128 * 32 * layers
+    assert dense * tokens + attention == pytest.approx(421.6e12, rel=1e-3)
+    assert (dense * tokens + attention) / 461e12 == pytest.approx(0.9146, rel=1e-3)
+    predicted = run_step(row_config(row, catalog)).result.step_time_s
+    assert abs(predicted / 0.9146 - 1) <= 0.05

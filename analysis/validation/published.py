@@ -179,6 +179,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
     gpus = _int(row, "num_gpus")
     per_node = _cell(row, "gpus_per_node")
     cluster = catalog.cluster(device=_cell(row, "gpu"), num_devices=gpus,
+                              node=_cell(row, "node") or None,
                               devices_per_node=_int(row, "gpus_per_node") if per_node else None,
                               keep_together=strategy.tp * strategy.cp * strategy.ep)
     job = Job(model, training, strategy).checked(gpus)
