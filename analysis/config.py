@@ -16,6 +16,7 @@ from clustersim.hardware_specs import Catalog, ClusterSpec, Placement, SpecError
 from clustersim.hardware_specs.fabric import MAX_OVERSUBSCRIPTION
 from clustersim.hardware_specs.fields import Fields
 from clustersim.hardware_specs.memory import MemoryTierSpec, TierKind
+from clustersim.hardware_specs.mixed import GroupRequest, mixed_cluster
 from clustersim.hardware_specs.textfile import load_yaml
 from clustersim.workloads import Job
 from clustersim.workloads.cnn.job import CnnJob, cnn_job_from_mapping
@@ -69,23 +70,49 @@ def read_yaml(path: Path) -> Mapping[str, Any]:
 
 
 CLUSTER_FIELDS = ("gpu", "num_gpus", "node", "fabric", "failure_model", "checkpoint_storage",
-                  "gpus_per_node", "oversubscription", "placement", "catalog")
+                  "gpus_per_node", "oversubscription", "placement", "catalog", "groups")
+GROUP_FIELDS = ("gpu", "num_gpus", "node")
+
+
+def _group_requests(f: Fields) -> list[GroupRequest]:
+    """``cluster.groups``: a list of ``{gpu, num_gpus, node}``, in device order."""
+    for key in ("gpu", "num_gpus", "node"):
+        if f.has(key):
+            raise SpecError(f.at(key), "is set per group when cluster.groups is given")
+    out = []
+    for i, entry in enumerate(f.items("groups")):
+        g = Fields(entry, f.at("groups") + f"[{i}]").only(GROUP_FIELDS)
+        out.append(GroupRequest(gpu=g.text("gpu"), num_gpus=g.integer("num_gpus", minimum=1),
+                                node=g.text("node", "") or None))
+        g.done()
+    return out
+
+
+def _device_name(f: Fields) -> str:
+    """``cluster.gpu``; a list of devices points to ``cluster.groups``."""
+    if isinstance(f.raw("gpu", ""), list):
+        raise SpecError(f.at("gpu"), "expected one device name; for mixed devices give "
+                        "cluster.groups: [{gpu: a100-80gb, num_gpus: 64}, {gpu: h100-sxm, "
+                        "num_gpus: 64}]")
+    return f.text("gpu")
 
 
 def parse_cluster(f: Fields, catalog: Catalog, keep_together: int = 1) -> ClusterSpec:
     """``keep_together``: ranks of the job's innermost groups (TP x CP x EP), placed inside one
     scale-up domain where the job uses domains partly."""
     f.only(CLUSTER_FIELDS)
-    cluster = catalog.cluster(
-        device=f.text("gpu"),
-        num_devices=f.integer("num_gpus", minimum=1),
-        node=f.text("node", "") or None,
+    common = dict(
         fabric=f.text("fabric", "") or None,
         failure_model=f.text("failure_model", "") or None,
         checkpoint_storage=f.text("checkpoint_storage", "") or None,
         devices_per_node=f.integer("gpus_per_node", minimum=1) if f.has("gpus_per_node") else None,
-        keep_together=keep_together, path=f.path,
-    )
+        keep_together=keep_together, path=f.path)
+    if f.has("groups"):
+        cluster = mixed_cluster(catalog, _group_requests(f), **common)
+    else:
+        cluster = catalog.cluster(device=_device_name(f),
+                                  num_devices=f.integer("num_gpus", minimum=1),
+                                  node=f.text("node", "") or None, **common)
     if f.has("oversubscription"):
         ratio = f.number("oversubscription", minimum=1.0, maximum=MAX_OVERSUBSCRIPTION)
         cluster = replace(cluster, fabric=cluster.fabric.with_oversubscription(ratio))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clustersim.hardware_specs.device import DeviceSpec
 from clustersim.hardware_specs.fabric import FabricSpec
@@ -23,6 +23,23 @@ class Placement(enum.Enum):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class DeviceGroup:
+    """Devices of one kind in whole nodes of one kind: one part of a heterogeneous cluster.
+    Each group keeps its own scale-up domain (its node's NVLink); the groups meet on the
+    cluster's one fabric, each node through its own NICs."""
+
+    device: DeviceSpec
+    node: NodeSpec
+    num_devices: int
+    first_device: int
+    """Devices are numbered group after group, in the order the config lists them."""
+
+    @property
+    def devices(self) -> range:
+        return range(self.first_device, self.first_device + self.num_devices)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ClusterSpec:
     """Everything the simulator needs to know about the hardware of one run."""
 
@@ -38,6 +55,36 @@ class ClusterSpec:
     offload_tier: MemoryTierSpec | None = None
     """Where offloaded optimizer states and parameters live (ZeRO-Offload / ZeRO-Infinity);
     None: the node's host DRAM."""
+    groups: tuple[DeviceGroup, ...] = ()
+    """A heterogeneous cluster's device groups (``cluster.groups``); empty: every device is
+    ``device`` in a ``node``. With groups, ``device`` and ``node`` are the group whose NICs
+    are slowest: what a transfer between groups is paced by."""
+
+    @property
+    def device_groups(self) -> tuple[DeviceGroup, ...]:
+        """The groups, or the whole cluster as one group."""
+        return self.groups or (DeviceGroup(device=self.device, node=self.node,
+                                           num_devices=self.num_devices, first_device=0),)
+
+    def group_of_device(self, device: int) -> int:
+        """Index of the group that holds ``device`` (0 on a homogeneous cluster)."""
+        for i, g in enumerate(self.groups):
+            if device in g.devices:
+                return i
+        return 0
+
+    def group_of_rank(self, rank: int) -> int:
+        return self.group_of_device(self.device_of(rank))
+
+    def group_view(self, index: int) -> "ClusterSpec":
+        """The cluster as one group sees it: every device its device, every node its node."""
+        g = self.device_groups[index]
+        return replace(self, device=g.device, node=g.node, groups=())
+
+    def mean_peak_flops(self, dtype) -> float:
+        """Dense peak of the average device (MFU's denominator on a mixed cluster)."""
+        return sum(g.device.flops(dtype) * g.num_devices
+                   for g in self.device_groups) / self.num_devices
 
     @property
     def offload_memory(self) -> MemoryTierSpec:

@@ -26,6 +26,7 @@ from clustersim.hardware_specs import ClusterSpec, DeviceSpec
 from clustersim.simulator.classes import RankClass, rank_classes
 from clustersim.simulator.cost.collectives import COPY_KERNEL_S, Algorithm, Plan
 from clustersim.simulator.cost.compute import ComputeModel
+from clustersim.simulator.cost.grouped import GroupedNetwork
 from clustersim.simulator.cost.interfaces import ComputeCost, Instances, MemoryCost, NetworkCost
 from clustersim.simulator.cost.measured import MeasuredNetwork
 from clustersim.simulator.cost.memory import MemoryModel
@@ -107,13 +108,15 @@ class _Rendezvous:
 class _ClassState:
     """Run-time state of one rank class."""
 
-    __slots__ = ("cls", "ops", "finish", "arrive", "previous", "waiters", "records", "activity",
+    __slots__ = ("cls", "compute", "ops", "finish", "arrive", "previous", "waiters", "records", "activity",
                  "seq", "signature", "instances",
                  "compute_slow", "link_slow", "send_posted", "group_classes")
 
     def __init__(self, cls: RankClass, ops: tuple[Op, ...], slow: tuple[float, float],
-                 interference: Interference):
+                 interference: Interference, compute: ComputeCost):
         self.cls = cls
+        self.compute = compute
+        """The compute model of this class's device."""
         self.ops = ops
         self.finish: list[float] = [math.nan] * len(ops)
         self.arrive: list[float] = [0.0] * len(ops)
@@ -154,9 +157,16 @@ class StepSimulation:
         ``lanes=False`` expands into one class per rank, the slow reference that the lane
         engine is checked against."""
         self.trace, self.cluster, self.options, self.faults = trace, cluster, options, faults
-        self.compute = compute or ComputeModel(cluster.device)
-        model = MeasuredNetwork if cluster.node.measured_comm else NetworkModel
-        self.network = network or model(cluster, options.algorithms)
+        self.computes = tuple(compute or ComputeModel(g.device) for g in cluster.device_groups)
+        """One compute model per device group (one on a homogeneous cluster)."""
+        self.compute = self.computes[0]
+
+        def network_of(view: ClusterSpec) -> NetworkCost:
+            model = MeasuredNetwork if view.node.measured_comm else NetworkModel
+            return model(view, options.algorithms)
+
+        self.network = network or (GroupedNetwork(cluster, network_of) if cluster.groups
+                                   else network_of(cluster))
         self.memory = memory or MemoryModel(cluster)
         self.interference = Interference.of(cluster.device,
                                             comm=options.comm_slowdown_when_overlapped,
@@ -170,7 +180,8 @@ class StepSimulation:
         self.rendezvous: dict[tuple, _Rendezvous] = {}
         self._instance_cache: dict[tuple, Instances] = {}
         self.lanes: LaneReplay | None = None
-        if options.expand and lanes and not options.one_class_per_rank(cluster.device):
+        if (options.expand and lanes and not cluster.groups
+                and not options.one_class_per_rank(cluster.device)):
             self.classes, self.class_of = rank_classes(trace)
             try:
                 self.lanes = LaneReplay(
@@ -186,12 +197,16 @@ class StepSimulation:
 
     def _class_states(self, expand: bool) -> None:
         """One state per rank class (per rank when ``expand``)."""
-        faults = self.faults
-        conditions = {r: faults.condition(r) for r in faults.ranks()}
+        faults, cluster = self.faults, self.cluster
+        # A device group is a condition like a straggler's: its ranks compute at their own
+        # device's rates, so they form classes of their own.
+        group = cluster.group_of_rank if cluster.groups else (lambda rank: 0)
+        ranks = range(self.trace.world_size) if cluster.groups else sorted(faults.ranks())
+        conditions = {r: (group(r),) + faults.condition(r) for r in ranks}
         self.classes, self.class_of = rank_classes(self.trace, conditions, expand=expand)
         self.states = [
             _ClassState(c, self.trace.programs[c.program].ops, faults.condition(c.representative),
-                        self.interference)
+                        self.interference, self.computes[group(c.representative)])
             for c in self.classes]
 
     # --- structure ----------------------------------------------------------------------
@@ -265,7 +280,7 @@ class StepSimulation:
         env = self.env
         start = env.now
         activity = st.activity
-        yield env.timeout(activity.start_compute(start, self.compute.op_time(op) * st.compute_slow))
+        yield env.timeout(activity.start_compute(start, st.compute.op_time(op) * st.compute_slow))
         while activity.debt > 0:  # transfers that started while it ran
             yield env.timeout(activity.take_debt())
         self._done(st, op, start, op.phase.value)
@@ -433,8 +448,16 @@ class StepSimulation:
 
     def summary(self, replay: Replay) -> StepResult:
         """A replay's breakdowns, critical class and metrics."""
-        return summarize(replay, self.trace, self.cluster.device,
-                         self.memory.capacity_bytes, keep_records=self.options.record)
+        return summarize(replay, self.trace, self.cluster, self._program_capacities(),
+                         keep_records=self.options.record)
+
+    def _program_capacities(self) -> tuple[float, ...]:
+        """Device memory each program may use: the smallest device among its ranks."""
+        c = self.cluster
+        if not c.groups:
+            return (self.memory.capacity_bytes,) * len(self.trace.programs)
+        sizes = [g.device.memory_bytes for g in c.groups]
+        return tuple(min(sizes[c.group_of_rank(r)] for r in p.ranks) for p in self.trace.programs)
 
 
 def simulate(trace: Trace, cluster: ClusterSpec, options: SimulationOptions = SimulationOptions(),

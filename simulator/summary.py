@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from clustersim.hardware_specs import DeviceSpec
+from clustersim.hardware_specs import ClusterSpec
 from clustersim.simulator.attribution import breakdown
 from clustersim.simulator.metrics import step_metrics
 from clustersim.simulator.records import ClassTimeline, OpRecord, Replay
@@ -22,8 +22,9 @@ def drawn(timeline: ClassTimeline) -> tuple[OpRecord, ...]:
                  for r in timeline.records)
 
 
-def summarize(replay: Replay, trace: Trace, device: DeviceSpec, capacity_bytes: float,
+def summarize(replay: Replay, trace: Trace, cluster: ClusterSpec, capacities: tuple[float, ...],
               keep_records: bool = True) -> StepResult:
+    """``capacities``: device memory each program may use."""
     summaries = []
     for tl in replay.timelines:
         prog = trace.programs[tl.rank_class.program]
@@ -32,7 +33,7 @@ def summarize(replay: Replay, trace: Trace, device: DeviceSpec, capacity_bytes: 
                                       breakdown(prog.ops, tl)))
     critical = max(summaries, key=lambda s: (s.finish_s, -s.index))
     step = critical.finish_s
-    m = step_metrics(step, trace, device, capacity_bytes)
+    m = step_metrics(step, trace, cluster, capacities)
     records = tuple(r for tl in replay.timelines for r in drawn(tl)) if keep_records else ()
     return StepResult(
         step_time_s=step,

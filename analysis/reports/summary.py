@@ -5,13 +5,15 @@ from __future__ import annotations
 from clustersim.hardware_specs.units import format_bytes, format_time
 from clustersim.workloads.strategy import Recompute, replica_micro_batches
 
+from clustersim.analysis.reports import mixed
 from clustersim.analysis.step import CnnStepReport, StepReport
 from clustersim.analysis.tables import key_values, render
 from clustersim.workloads.memory import GIB
 
 
 def memory_table(report: StepReport) -> str:
-    cap = report.config.cluster.device.memory_bytes
+    cluster = report.config.cluster
+    cap = min(g.device.memory_bytes for g in cluster.device_groups)
     rows = []
     for s in report.memory:
         mem = s.memory
@@ -20,8 +22,15 @@ def memory_table(report: StepReport) -> str:
             mem.reserve, mem.total)] + ["yes" if mem.total <= cap else "NO"])
     headers = ["stage", "layers", "weights", "grads", "optim", "activ", "buffers", "reserve",
                "total", "fits"]
-    return render(headers, rows,
-                  title=f"Memory per GPU (GiB; HBM {cap / GIB:.0f} GiB)")
+    hbm = " / ".join(f"{g.device.memory_bytes / GIB:.0f}" for g in cluster.device_groups)
+    table = render(headers, rows, title=f"Memory per GPU (GiB; HBM {hbm} GiB)")
+    if not cluster.groups:
+        return table
+    by_group = [[m.program, m.device, f"{m.peak_bytes / GIB:.1f}", f"{m.capacity_bytes / GIB:.0f}",
+                 "yes" if m.fits else "NO"]
+                for m in mixed.group_memory(cluster, report.trace)]
+    return table + "\n\n" + render(["program", "device", "peak", "HBM", "fits"], by_group,
+                                    title="Memory by device group (GiB)")
 
 
 def breakdown_table(report: StepReport) -> str:
@@ -43,7 +52,13 @@ def memory_banner(report: StepReport) -> str:
     memory that the GPU does not have."""
     if report.result.fits_in_memory:
         return ""
-    cap = report.config.cluster.device.memory_bytes
+    cluster = report.config.cluster
+    if cluster.groups:
+        line = (f"DOES NOT FIT IN MEMORY: {mixed.overflow(cluster, report.trace)}; the step "
+                "time below assumes memory those GPUs do not have")
+        bar = "!" * min(len(line), 100)
+        return f"{bar}\n{line}\n{bar}"
+    cap = cluster.device.memory_bytes
     over = [s for s in report.memory if s.memory.total > cap] or list(report.memory)
     worst = max(over, key=lambda s: s.memory.total)
     stages = ", ".join(str(s.stage) for s in over)
@@ -99,7 +114,8 @@ def summary(report: StepReport) -> str:
                 + (f", offload {s.offload.value}" if s.offload.value != "none" else ""))
     head = key_values([
         ("model", f"{job.model.name} ({job.model.parameters / 1e9:.2f}B parameters)"),
-        ("cluster", f"{cluster.num_devices} x {cluster.device.name} in {cluster.num_nodes} "
+        ("cluster", mixed.cluster_line(cluster) if cluster.groups else
+                    f"{cluster.num_devices} x {cluster.device.name} in {cluster.num_nodes} "
                     f"{cluster.node.name} node{'s' if cluster.num_nodes > 1 else ''}, "
                     f"{cluster.fabric.name}"),
         ("strategy", strategy),
@@ -113,7 +129,9 @@ def summary(report: StepReport) -> str:
                        f"MFU {100 * r.mfu:.1f}%"),
         ("peak memory", f"{format_bytes(r.peak_memory_gb * 1e9)} per GPU "
                         f"({'fits' if r.fits_in_memory else 'DOES NOT FIT'} in "
-                        f"{format_bytes(cluster.device.memory_bytes)})"),
+                        + (" / ".join(format_bytes(g.device.memory_bytes) for g in cluster.groups)
+                           if cluster.groups else format_bytes(cluster.device.memory_bytes))
+                        + ")"),
         ("simulated", f"{len(r.classes)} rank {'class' if len(r.classes) == 1 else 'classes'} "
                       f"for {cluster.num_devices} GPUs, {r.events:,} events in {r.wall_time_s:.2f} s"),
         *([("note", note)] if (note := recompute_note(report)) else []),
