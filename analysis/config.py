@@ -19,7 +19,7 @@ from clustersim.hardware_specs.memory import MemoryTierSpec, TierKind
 from clustersim.hardware_specs.mixed import GroupRequest, mixed_cluster
 from clustersim.hardware_specs.textfile import load_yaml
 from clustersim.workloads import Job
-from clustersim.workloads.cnn.job import CnnJob, cnn_job_from_mapping
+from clustersim.workloads.cnn.job import CnnJob, cnn_job_from_mapping, is_cnn_model
 from clustersim.workloads.model_sources import resolve
 from clustersim.workloads.strategy import strategy_from_mapping
 from clustersim.workloads.training import training_from_mapping
@@ -154,6 +154,9 @@ def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
     top = Fields(data, "").only(("model", "training", "strategy", "cluster") + OPTIONAL_SECTIONS)
     cluster_f = top.sub("cluster", required=True)
     catalog = cluster_catalog(cluster_f, base_dir, catalog_dirs)
+    if is_cnn_model(top.raw("model")):
+        raise SpecError("model", f"{top.raw('model')!r:.60} is a 3D CNN; only `clustersim "
+                        "simulate` runs 3D CNN configs so far")
     model = resolve(top.raw("model"), base_dir)
     training = training_from_mapping(top.raw("training"))
     strategy = strategy_from_mapping(top.raw("strategy", {}))

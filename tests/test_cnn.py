@@ -167,3 +167,44 @@ def test_a_bad_cnn_config_exits_2(tmp_path, capsys):
                     "strategy: {dp: 1, spatial: [2, 2]}\ncluster: {gpu: a100-40gb, num_gpus: 4}\n")
     assert main(["simulate", str(path)]) == 2
     assert "strategy.spatial" in capsys.readouterr().err
+
+
+def test_other_commands_say_a_cnn_config_is_for_simulate(capsys, tmp_path):
+    assert main(["sweep", "examples/cosmoflow_a100.yaml", "--out", str(tmp_path / "s")]) == 2
+    assert "is a 3D CNN; only `clustersim simulate`" in capsys.readouterr().err
+
+
+def test_unet_runs_its_skip_connections_and_up_convolutions(tmp_path, capsys):
+    """A layer list from YAML, with a skip connection and an up-convolution, through the CLI."""
+    path = tmp_path / "unet.yaml"
+    path.write_text("""
+model:
+  name: tiny-unet
+  input: {channels: 1, extent: [32, 32, 32]}
+  layers:
+    - {name: enc, kind: conv3d, in_channels: 1, out_channels: 8, kernel: 3, padding: same}
+    - {name: pool, kind: maxpool3d}
+    - {name: mid, kind: conv3d, in_channels: 8, out_channels: 16, kernel: 3, padding: same}
+    - {name: up, kind: upconv3d, in_channels: 16, out_channels: 8, kernel: 2, bias: false}
+    - {name: dec, kind: conv3d, in_channels: 16, out_channels: 8, kernel: 3, padding: same,
+       concat: enc}
+    - {name: head, kind: conv3d, in_channels: 8, out_channels: 2, kernel: 1, activation: false}
+training: {global_batch: 4, micro_batch: 2}
+strategy: {dp: 2, spatial: [2, 2, 1]}
+cluster: {gpu: h100-sxm, num_gpus: 8}
+""")
+    out = tmp_path / "out.json"
+    assert main(["simulate", str(path), "--json", str(out)]) == 0
+    import json
+    data = json.loads(out.read_text())
+    assert data["parameters"] == (27 * 8 + 8) + (27 * 8 * 16 + 16) + 8 * 16 * 8 + (
+        27 * 16 * 8 + 8) + (8 * 2 + 2)
+    assert data["micro_batches_per_grid"] == 1
+    assert data["breakdown"]["exposed_comm_s"]["spatial"] > 0
+
+
+def test_the_cicek_unet_cannot_split_its_odd_bottom_extents():
+    """Its valid convolutions leave 22 x 26 x 26 voxels at the third pool, 11 x 13 x 13 after
+    it: no grid of 2 along any axis divides the bottom of the U."""
+    with pytest.raises(SpecError, match=r"strategy\.spatial"):
+        job("unet3d", spatial=(1, 1, 2), dp=1, batch=1).checked()
