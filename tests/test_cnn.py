@@ -208,3 +208,10 @@ def test_the_cicek_unet_cannot_split_its_odd_bottom_extents():
     it: no grid of 2 along any axis divides the bottom of the U."""
     with pytest.raises(SpecError, match=r"strategy\.spatial"):
         job("unet3d", spatial=(1, 1, 2), dp=1, batch=1).checked()
+
+
+def test_a_transformer_mapping_with_a_layer_count_is_not_a_cnn():
+    from clustersim.workloads.cnn.job import is_cnn_model
+    assert not is_cnn_model({"layers": 32, "hidden": 4096})
+    assert is_cnn_model({"layers": [{"name": "c", "kind": "conv3d"}]}) and is_cnn_model("unet3d")
+    assert not is_cnn_model("llama3-8b")

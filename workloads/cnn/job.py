@@ -66,10 +66,11 @@ class CnnJob:
 
 
 def is_cnn_model(value: object) -> bool:
-    """Whether a run config's ``model`` names a 3D CNN (a preset, or a mapping with layers)."""
+    """Whether a run config's ``model`` names a 3D CNN: a preset, or a mapping whose ``layers``
+    is a list (a transformer's inline ``layers`` is a count)."""
     if isinstance(value, str):
         return value in CNN_PRESETS
-    return isinstance(value, Mapping) and "layers" in value
+    return isinstance(value, Mapping) and isinstance(value.get("layers"), list)
 
 
 def cnn_job_from_mapping(data: Mapping) -> CnnJob:
