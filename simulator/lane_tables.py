@@ -87,7 +87,10 @@ class CollectiveTable:
         times = [arrived[c] for c in self.classes]
         if all(isinstance(t, float) for t in times):
             return max(times)
-        flat = np.concatenate([np.broadcast_to(t, n) for t, n in zip(times, self.sizes)])
+        if len(times) == 1:
+            flat = times[0]
+        else:
+            flat = np.concatenate([np.broadcast_to(t, n) for t, n in zip(times, self.sizes)])
         return settle(flat[self.members].max(axis=1))
 
     def spread(self, per_group: Lanes, cls: int) -> Lanes:

@@ -99,6 +99,7 @@ class LaneReplay:
         self.meetings: dict[tuple, _Meeting] = {}
         self._tables: dict[tuple, CollectiveTable | PairTable] = {}
         self._plans: dict[tuple, Plan] = {}
+        self._plan_times: dict[int, tuple[Plan, float]] = {}
         for st in self.states:  # every table now, so that an unsupported trace fails first
             for op in st.ops:
                 if isinstance(op, CollectiveOp):
@@ -197,7 +198,11 @@ class LaneReplay:
         start = table.start(arrived)
         if len(table.instances[0]) <= 1 or op.bytes <= 0:
             return start
-        plan = self.network.plan(op.kind, op.bytes, table.instances, op.routing)
+        key = (table, op.kind, op.bytes, op.routing)  # the table by identity: no rehashing
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self.network.plan(op.kind, op.bytes, table.instances,
+                                                        op.routing)
         copies = len(table.instances[0]) * COPY_KERNEL_S if op.per_rank_copies else 0.0
         end = yield from self._transfer(plan, table.link_factor, start, copies)
         return end
@@ -227,7 +232,7 @@ class LaneReplay:
         """All sends of the pairing as one plan, listed as the collapsed engine lists them (by
         the lanes of the class whose op completes the meeting)."""
         sending = isinstance(op, SendOp)
-        key = (op.group, op.bytes, table.src, table.dst, sending, op.peer)
+        key = (table, op.bytes, sending)
         hit = self._plans.get(key)
         if hit is None:
             src, dst = table.src_ranks, table.dst_ranks
@@ -238,12 +243,19 @@ class LaneReplay:
             hit = self._plans[key] = self.network.p2p_plan(op.bytes, pairs)
         return hit
 
+    def _time(self, plan: Plan) -> float:
+        """``plan``'s time alone, once per plan object (it walks every link of its loads)."""
+        hit = self._plan_times.get(id(plan))
+        if hit is None or hit[0] is not plan:
+            hit = self._plan_times[id(plan)] = (plan, plan.time(self.network.topology))
+        return hit[1]
+
     def _alone(self, plan: Plan, factor: np.ndarray, extra_s: float) -> np.ndarray:
         """Per group: the plan's time alone, stretched by the group's own link factor."""
         values, inverse = np.unique(factor, return_inverse=True)
         topology = self.network.topology
-        times = np.array([(plan.scaled(f) if f != 1.0 else plan).time(topology) + extra_s
-                          for f in values.tolist()])
+        times = np.array([(plan.scaled(f).time(topology) if f != 1.0 else self._time(plan))
+                          + extra_s for f in values.tolist()])
         return times[inverse.reshape(-1)]
 
     def _transfer(self, plan: Plan, factor: Lanes, start: Lanes, extra_s: float):
@@ -253,10 +265,9 @@ class LaneReplay:
         now = env.now
         top = factor if isinstance(factor, float) else float(np.max(factor))
         scaled = plan.scaled(top) if top != 1.0 else plan
-        topology = self.network.topology
         together = isinstance(factor, float) and isinstance(start, float)
         if self.flows is None or not scaled.loads:
-            alone = scaled.time(topology) + extra_s
+            alone = self._time(scaled) + extra_s
             if together:
                 yield env.timeout(alone if start == now else max(start + alone - now, 0.0))
                 return start + alone
@@ -270,7 +281,7 @@ class LaneReplay:
         if together:
             return env.now + (start - now)
         own = 0.0 if isinstance(factor, float) else (
-            self._alone(plan, factor, extra_s) - (scaled.time(topology) + extra_s))
+            self._alone(plan, factor, extra_s) - (self._time(scaled) + extra_s))
         return settle(env.now + ((start - now) + own))
 
     # --- running --------------------------------------------------------------------------
