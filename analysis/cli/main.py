@@ -11,11 +11,12 @@ from clustersim import __version__
 from clustersim.hardware_specs import SpecError
 
 from clustersim.analysis.cli import (
-    calibrate, collective, compare, failures, hardware, report, simulate, sweep, trace, validate,
+    calibrate, collective, compare, failures, hardware, plan, report, simulate, sweep, trace,
+    validate,
 )
 
-COMMANDS = (simulate, sweep, compare, failures, report, collective, hardware, validate, calibrate,
-            trace)
+COMMANDS = (simulate, sweep, compare, plan, failures, report, collective, hardware, validate,
+            calibrate, trace)
 """Command modules, in the order ``--help`` lists them."""
 
 

@@ -107,6 +107,12 @@ def _shared(out: dict) -> dict:
             "shared_links": out["shared_links"]}
 
 
+def _plan(out: dict) -> dict:
+    return {key: out[key] for key in ("replica_batch", "layers_per_stage", "step_time_s",
+                                      "fits_in_memory", "speedup_over_even",
+                                      "speedup_over_fastest_only")}
+
+
 def _simulate(example: str, slow: bool = False) -> GoldenRun:
     return GoldenRun(example=example, args=("simulate", Path(example).stem), summarize=_step,
                      slow=slow)
@@ -122,6 +128,8 @@ RUNS = (
     GoldenRun(example="shared_fabric_4to1.yaml", args=("simulate", "shared_fabric_4to1"),
               summarize=_shared),
     _simulate("cosmoflow_a100.yaml"),
+    GoldenRun(example="hetero_a100_h100.yaml", args=("plan", "hetero_a100_h100"),
+              summarize=_plan, slow=True),
     GoldenRun(example="failures_llama3_405b.yaml", summarize=_failures, slow=True,
               args=("failures", "failures_llama3_405b", "--days", "54", "--seeds", "200")),
     GoldenRun(example="failures_bloom_176b.yaml", summarize=_failures, slow=True,
