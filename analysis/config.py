@@ -24,7 +24,7 @@ from clustersim.workloads.model_sources import resolve
 from clustersim.workloads.strategy import strategy_from_mapping
 from clustersim.workloads.training import training_from_mapping
 
-OPTIONAL_SECTIONS = ("failures", "costs", "simulation", "sweep", "name", "description")
+OPTIONAL_SECTIONS = ("failures", "faults", "costs", "simulation", "sweep", "name", "description")
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 """The bundled example configs, installed with the package."""

@@ -80,19 +80,35 @@ class SimulationOptions:
 
 @dataclass(frozen=True, slots=True)
 class Faults:
-    """In-step conditions: per-rank compute slowdown and per-rank network slowdown factors."""
+    """In-step conditions of single ranks: a slow GPU, a degraded link, a slow host."""
 
     compute_slowdown: Mapping[int, float] = field(default_factory=dict)
     """rank -> factor > 1 (a straggler GPU: thermal throttling, a bad HBM stack)."""
     link_slowdown: Mapping[int, float] = field(default_factory=dict)
     """rank -> factor > 1 on the time of every communication it takes part in (degraded NIC
     or cable)."""
+    nic_slowdown: Mapping[int, float] = field(default_factory=dict)
+    """rank -> factor > 1 on the scale-out (network) part of its transfers only: its NIC or
+    cable runs at a fraction of its bandwidth."""
+    nvlink_slowdown: Mapping[int, float] = field(default_factory=dict)
+    """rank -> factor > 1 on the scale-up (NVLink) part of its transfers only."""
+    launch_overhead_s: Mapping[int, float] = field(default_factory=dict)
+    """rank -> host seconds per kernel launch (a slow or contended CPU): a compute op takes at
+    least its kernel count times this, since the GPU cannot run kernels faster than the host
+    launches them."""
+    input_stall_s: Mapping[int, float] = field(default_factory=dict)
+    """rank -> seconds its step's input arrives late (a slow data loader): its compute stream
+    starts that much after the others."""
 
-    def condition(self, rank: int) -> tuple[float, float]:
-        return (self.compute_slowdown.get(rank, 1.0), self.link_slowdown.get(rank, 1.0))
+    def condition(self, rank: int) -> tuple[float, float, float, float, float, float]:
+        return (self.compute_slowdown.get(rank, 1.0), self.link_slowdown.get(rank, 1.0),
+                self.nic_slowdown.get(rank, 1.0), self.nvlink_slowdown.get(rank, 1.0),
+                self.launch_overhead_s.get(rank, 0.0), self.input_stall_s.get(rank, 0.0))
 
     def ranks(self) -> set[int]:
-        return set(self.compute_slowdown) | set(self.link_slowdown)
+        return (set(self.compute_slowdown) | set(self.link_slowdown) | set(self.nic_slowdown)
+                | set(self.nvlink_slowdown) | set(self.launch_overhead_s)
+                | set(self.input_stall_s))
 
 
 class _Rendezvous:
@@ -110,9 +126,10 @@ class _ClassState:
 
     __slots__ = ("cls", "compute", "ops", "finish", "arrive", "previous", "waiters", "records", "activity",
                  "seq", "signature", "instances",
-                 "compute_slow", "link_slow", "send_posted", "group_classes")
+                 "compute_slow", "link_slow", "nic_slow", "nvlink_slow", "launch_s", "stall_s",
+                 "send_posted", "group_classes")
 
-    def __init__(self, cls: RankClass, ops: tuple[Op, ...], slow: tuple[float, float],
+    def __init__(self, cls: RankClass, ops: tuple[Op, ...], condition: tuple[float, ...],
                  interference: Interference, compute: ComputeCost):
         self.cls = cls
         self.compute = compute
@@ -130,7 +147,8 @@ class _ClassState:
         self.signature: dict[str, tuple[int, ...]] = {}
         self.group_classes: dict[str, frozenset[int]] = {}
         self.instances: dict[str, Instances] = {}
-        self.compute_slow, self.link_slow = slow
+        (self.compute_slow, self.link_slow, self.nic_slow, self.nvlink_slow, self.launch_s,
+         self.stall_s) = condition
         self.send_posted: dict[int, float] = {}
         """recv op id -> when the matching send was posted (before that it is bubble)."""
 
@@ -232,8 +250,11 @@ class StepSimulation:
                 tuple(device(r) for r in gs.groups[i]) for i in sorted(seen))
         return hit
 
-    def _link_factor(self, classes) -> float:
-        return max(self.states[c].link_slow for c in classes)
+    def _link_factors(self, classes) -> tuple[float, float]:
+        """(network, scale-up) stretch of a transfer among ``classes``: its slowest member's."""
+        states = [self.states[c] for c in classes]
+        return (max(max(s.link_slow, s.nic_slow) for s in states),
+                max(max(s.link_slow, s.nvlink_slow) for s in states))
 
     # --- waiting ----------------------------------------------------------------------------
     def _wait(self, st: _ClassState, op_id: int) -> simpy.Event:
@@ -254,6 +275,8 @@ class StepSimulation:
 
     # --- processes --------------------------------------------------------------------------
     def _stream(self, st: _ClassState, ops: list[Op]):
+        if st.stall_s and ops[0].stream is Stream.COMPUTE:
+            yield self.env.timeout(st.stall_s)    # the step's input is late
         for op in ops:
             yield from self._run_op(st, op)
 
@@ -280,20 +303,24 @@ class StepSimulation:
         env = self.env
         start = env.now
         activity = st.activity
-        yield env.timeout(activity.start_compute(start, st.compute.op_time(op) * st.compute_slow))
+        busy = st.compute.op_time(op) * st.compute_slow
+        if st.launch_s:
+            busy = max(busy, len(op.kernels) * st.launch_s)
+        yield env.timeout(activity.start_compute(start, busy))
         while activity.debt > 0:  # transfers that started while it ran
             yield env.timeout(activity.take_debt())
         self._done(st, op, start, op.phase.value)
 
-    def _stretch(self, classes) -> float:
-        """Bandwidth slowdown of a transfer: degraded links of its members, and interference
-        when it starts while their compute streams are busy."""
-        factor = self._link_factor(classes)
+    def _stretch(self, classes) -> tuple[float, float]:
+        """Bandwidth slowdown of a transfer, (network, scale-up): degraded links of its
+        members, and interference when it starts while their compute streams are busy."""
+        net, intra = self._link_factors(classes)
         slowdown = self.interference.comm_slowdown
         now = self.env.now
         if slowdown and any(self.states[c].activity.computing(now) for c in classes):
-            factor *= 1.0 + slowdown
-        return factor
+            net *= 1.0 + slowdown
+            intra *= 1.0 + slowdown
+        return net, intra
 
     def _transfer(self, plan: Plan, classes, extra_s: float = 0.0):
         """Run a plan for ``classes``: latency plus the longer of its NVLink part and its
@@ -303,9 +330,9 @@ class StepSimulation:
         if self.interference.any:
             # Let compute ops that start at this instant start first: they overlap it.
             yield env.timeout(0)
-        factor = self._stretch(classes)
-        if factor != 1.0:
-            plan = plan.scaled(factor)
+        net, intra = self._stretch(classes)
+        if net != 1.0 or intra != 1.0:
+            plan = plan.scaled(net, intra)
         expected = (plan.time(self.network.topology) + extra_s
                     if self.interference.compute_slowdown else 0.0)
         for c in classes:

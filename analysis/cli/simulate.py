@@ -38,6 +38,7 @@ def check_other_sections(config) -> None:
     command that reads it runs."""
     from clustersim.analysis.sweeps.costs import costs_from_mapping
     from clustersim.analysis.failures.config import failure_spec
+    from clustersim.analysis.step import step_faults
     from clustersim.analysis.sweeps.space import space_from_mapping
 
     sections = config.sections
@@ -47,6 +48,7 @@ def check_other_sections(config) -> None:
         space_from_mapping(sections["sweep"])
     if "failures" in sections:
         failure_spec(config)
+    step_faults(config)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from clustersim.analysis.config import load_config
     from clustersim.analysis.step import run_step
     from clustersim.analysis.reports.summary import summary
+    from clustersim.analysis.step import fault_summary, run_faulted_step, step_faults
 
     from clustersim.analysis.cli.trace import simulate_trace_workload
     if simulate_trace_workload(args):    # the config's workload is a recorded trace
@@ -69,15 +72,24 @@ def run(args: argparse.Namespace) -> int:
         return run_shared_cluster(args, path)
     if is_cnn_model(data.get("model")):                 # a 3D CNN's layer list or preset
         config = load_cnn_config(path, args.catalog)
-        report = run_cnn_step(config)
+        report, faults, faulted = run_cnn_step(config), None, None
         print(cnn_summary(report))
     else:
         config = load_config(args.config or DEFAULT_EXAMPLE, args.catalog)
         check_other_sections(config)
-        report = run_step(config, limit=not args.no_limit)
+        faults = step_faults(config)
+        if faults is None:
+            report, faulted = run_step(config, limit=not args.no_limit), None
+        else:
+            report, faulted = run_faulted_step(config, faults, limit=not args.no_limit)
         print(summary(report))
+        if faulted is not None:
+            print(fault_summary(faults, faulted))
     if args.json:
-        write_json(report.to_dict(), args.json)
+        out = report.to_dict()
+        if faulted is not None:
+            out["faults"] = {"described": list(faults.described), **faulted.to_dict()}
+        write_json(out, args.json)
         print(f"\nwrote {args.json}")
     if args.trace:
         write_chrome_trace(report.result, Path(args.trace), report.trace)

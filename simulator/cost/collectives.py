@@ -217,9 +217,12 @@ class Plan:
     def time(self, topology: Topology) -> float:
         return self.latency_s + max(self.intra_s, self.network_s(topology))
 
-    def scaled(self, factor: float) -> "Plan":
-        """The same plan with its bandwidth terms stretched (a degraded link, interference)."""
-        return Plan(self.algorithm, self.protocol, self.latency_s, self.intra_s * factor,
+    def scaled(self, factor: float, intra_factor: float | None = None) -> "Plan":
+        """The same plan with its bandwidth terms stretched (a degraded link, interference):
+        the network part by ``factor``, the scale-up (NVLink) part by ``intra_factor``
+        (default: the same)."""
+        intra = factor if intra_factor is None else intra_factor
+        return Plan(self.algorithm, self.protocol, self.latency_s, self.intra_s * intra,
                     tuple((l, b * factor) for l, b in self.loads))
 
 

@@ -13,19 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clustersim.hardware_specs import ClusterSpec
+from clustersim.simulator.fault_waits import PARTS, parts
 from clustersim.simulator.engine import Faults, SimulationOptions, StepSimulation
-from clustersim.simulator.result import AXES, Breakdown, StepResult
+from clustersim.simulator.result import StepResult
 from clustersim.workloads.trace import Trace
-
-PARTS = ("compute",) + AXES + ("bubble", "optimizer", "offload", "other")
-
-
-def parts(b: Breakdown) -> dict[str, float]:
-    """A breakdown as ``{part: seconds}`` with communication split by axis."""
-    out = {"compute": b.compute_s, "bubble": b.bubble_s, "optimizer": b.optimizer_s,
-           "offload": b.offload_s, "other": b.other_s}
-    out.update({a: b.exposed_comm_s.get(a, 0.0) for a in AXES})
-    return out
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,19 @@ def _step(out: dict) -> dict:
         "peak_memory_gib": max(stage["total"] for stage in out["memory"]) / GIB,
         "rank_classes": len(out["rank_classes"]),
         "events": out["simulation"]["events"]}
+
+
+def _faulted_step(out: dict) -> dict:
+    faults = out["faults"]
+    return _step(out) | {"faults": {
+        "healthy_step_time_s": faults["healthy_step_time_s"], "lost_s": faults["lost_s"],
+        "grown": {_slug(f"{g['group'].split(' (')[0]} {g['part']}"): g["grown_s"]
+                  for g in faults["grown"]}}}
+
+
+def _slug(text: str) -> str:
+    """A README marker's key: ``the TP group of rank 17 tp`` -> ``the_tp_group_of_rank_17_tp``."""
+    return re.sub(r"\W+", "_", text).strip("_").lower()
 
 
 _FAILURE_KEYS = ("step_time_s", "checkpoint_interval_s", "young_daly_interval_s",
@@ -134,6 +148,8 @@ RUNS = (
               args=("failures", "failures_llama3_405b", "--days", "54", "--seeds", "200")),
     GoldenRun(example="failures_bloom_176b.yaml", summarize=_failures, slow=True,
               args=("failures", "failures_bloom_176b", "--seeds", "200", "--sweep-interval")),
+    GoldenRun(example="gpt3_175b_straggler.yaml", summarize=_faulted_step, slow=True,
+              args=("simulate", "gpt3_175b_straggler")),
     GoldenRun(example="nccl_tests_h100_p5.log", summarize=_collective,
               args=("collective", "--gpu", "h100-sxm", "--gpus", "8",
                     "--against", str(EXAMPLES / "nccl_tests_h100_p5.log"))),
