@@ -54,9 +54,8 @@ def check_other_sections(config) -> None:
 def run(args: argparse.Namespace) -> int:
     from clustersim.analysis.chrome_trace import write_chrome_trace
     from clustersim.analysis.config import load_config
-    from clustersim.analysis.step import run_step
     from clustersim.analysis.reports.summary import summary
-    from clustersim.analysis.step import fault_summary, run_faulted_step, step_faults
+    from clustersim.analysis.step import fault_summary, run_faulted_step, run_step, step_faults
 
     from clustersim.analysis.cli.trace import simulate_trace_workload
     if simulate_trace_workload(args):    # the config's workload is a recorded trace
