@@ -218,8 +218,9 @@ def run_faulted_step(config: RunConfig, faults: StepFaults,
                      limit: bool = True) -> tuple[StepReport, FaultedStep]:
     """The step with the faults (its report, as ``simulate`` prints it) and its comparison with
     the healthy step."""
-    options = simulation_options(config)
-    if limit and work_limited(config):
+    section = simulation_section(config)
+    options = section.options
+    if limit and section.limit:
         check_budget(2 * layer_passes(config.job, options.expand), LAYER_PASS_BUDGET,
                      "the step's layer passes (micro-batches x layers x cp), healthy and faulted",
                      "--no-limit (or simulation.limit: false)")
