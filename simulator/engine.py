@@ -39,7 +39,7 @@ from clustersim.simulator.result import StepResult, charged_axis
 from clustersim.simulator.streams import stream_runs
 from clustersim.simulator.summary import summarize
 from clustersim.workloads.trace import (
-    CollectiveKind, CollectiveOp, ComputeOp, CopyOp, MemoryOp, Op, RecvOp, SendOp, Trace,
+    CollectiveKind, CollectiveOp, ComputeOp, CopyOp, MemoryOp, Op, RecvOp, SendOp, Stream, Trace,
 )
 
 
@@ -104,6 +104,13 @@ class Faults:
         return (self.compute_slowdown.get(rank, 1.0), self.link_slowdown.get(rank, 1.0),
                 self.nic_slowdown.get(rank, 1.0), self.nvlink_slowdown.get(rank, 1.0),
                 self.launch_overhead_s.get(rank, 0.0), self.input_stall_s.get(rank, 0.0))
+
+    @property
+    def lanes_follow(self) -> bool:
+        """Whether an expanded run's lanes (``lanes.py``) can follow these faults: they stretch
+        compute and whole transfers only, not one part of a transfer, launches or input."""
+        return not (self.nic_slowdown or self.nvlink_slowdown or self.launch_overhead_s
+                    or self.input_stall_s)
 
     def ranks(self) -> set[int]:
         return (set(self.compute_slowdown) | set(self.link_slowdown) | set(self.nic_slowdown)
@@ -198,7 +205,7 @@ class StepSimulation:
         self.rendezvous: dict[tuple, _Rendezvous] = {}
         self._instance_cache: dict[tuple, Instances] = {}
         self.lanes: LaneReplay | None = None
-        if (options.expand and lanes and not cluster.groups
+        if (options.expand and lanes and not cluster.groups and faults.lanes_follow
                 and not options.one_class_per_rank(cluster.device)):
             self.classes, self.class_of = rank_classes(trace)
             try:
