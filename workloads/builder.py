@@ -79,10 +79,14 @@ class StageBuilder:
                                                    deps)),)
         tag = f"bwd{micro}.layer{layer}"
         _, backward, recompute = self.work(layer)
-        attention = backward.attention
+        attention, mlp_work = backward.attention, backward.mlp
         if strategy.recompute is Recompute.SELECTIVE:
             attention = recompute.attention + attention
-        mlp = yield from self.expert.mlp(f"{tag}.mlp", Phase.BACKWARD, backward.mlp, deps)
+        elif strategy.recompute is Recompute.OP:
+            # The checkpoint recomputes the whole layer's unsaved work at its first unpack,
+            # before the MLP's backward.
+            mlp_work = recompute.attention + recompute.mlp + mlp_work
+        mlp = yield from self.expert.mlp(f"{tag}.mlp", Phase.BACKWARD, mlp_work, deps)
         attn = self.context.attention(f"{tag}.attn", Phase.BACKWARD, attention, (mlp,),
                                       backward=True)
         self.data.reduce_gradients(tag, layer, last_micro)

@@ -209,13 +209,31 @@ class LayerOps:
 
     def recompute(self, layer: int | None = None) -> LayerWork:
         """Forward work redone in backward: the whole layer (full), the attention core
-        (selective), or nothing."""
+        (selective), every element-wise kernel and every other matmul (op), or nothing."""
         mode = self.strategy.recompute
         if mode is Recompute.FULL:
             return self.forward(layer)
+        if mode is Recompute.OP:
+            return self._op_recompute(layer)
         if mode is Recompute.SELECTIVE and self.training.attention is AttentionKernel.STANDARD:
             return LayerWork(self.attention_core(layer), ())
         return LayerWork((), ())
+
+    def _op_recompute(self, layer: int | None) -> LayerWork:
+        """Per-op recompute: the forward's element-wise kernels, the attention core unless a
+        fused kernel saved its output, and the matmuls torchtitan does not save."""
+        fwd = self._forward_plain(layer)
+        e, T, gd = self.elem, self.tokens, self.gemm_dtype
+        redo = {name: _gemm(f"recompute_{name}", T, n, k, e, gd)
+                for name, n, k in op_recomputed_matmuls(self.model)}
+        attention = [k for k in fwd.attention if k.op_class is not OpClass.MATMUL
+                     and not (self.training.attention.fused and k.name == "flash_attn")]
+        if not self.training.attention.fused:
+            attention += [k for k in self.attention_core(layer) if k.op_class is OpClass.MATMUL]
+        attention += [k for name, k in redo.items() if name in ATTENTION_MATMULS]
+        mlp = [k for k in fwd.mlp if k.op_class is not OpClass.MATMUL]
+        mlp += [k for name, k in redo.items() if name not in ATTENTION_MATMULS]
+        return LayerWork(self.fp8.forward(tuple(attention)), self.fp8.forward(tuple(mlp)))
 
     def mtp_input(self) -> tuple[Kernel, ...]:
         """The input of a multi-token-prediction module (DeepSeek-V3 sec. 2.2, eq. (21)): the
@@ -330,6 +348,31 @@ def model_flops_per_token(model: TransformerSpec, seq_len: int) -> float:
     return 3.0 * (forward + head + mtp)
 
 
+ATTENTION_MATMULS = frozenset(("q_proj", "k_proj", "v_proj", "o_proj"))
+
+
+def torchtitan_matmuls(model: TransformerSpec) -> list[tuple[str, int, int]]:
+    """A dense layer's matmuls in torchtitan's forward order, as (name, n, k) per token:
+    the q, k, v and output projections, then w1, w3, w2 (gated MLP) or fc1, fc2."""
+    m = model
+    mlp = ([("w1", m.ffn_hidden, m.hidden), ("w3", m.ffn_hidden, m.hidden),
+            ("w2", m.hidden, m.ffn_hidden)] if m.mlp is Mlp.SWIGLU
+           else [("fc1", m.ffn_hidden, m.hidden), ("fc2", m.hidden, m.ffn_hidden)])
+    return [("q_proj", m.q_dim, m.hidden), ("k_proj", m.kv_dim, m.hidden),
+            ("v_proj", m.v_dim, m.hidden), ("o_proj", m.hidden, m.attn_out_dim)] + mlp
+
+
+def op_recomputed_matmuls(model: TransformerSpec) -> list[tuple[str, int, int]]:
+    """The matmuls per-op recompute runs again: every second one (torchtitan saves the
+    outputs of the 1st, 3rd, ... and counts afresh in each layer)."""
+    return torchtitan_matmuls(model)[1::2]
+
+
+def op_saved_matmul_width(model: TransformerSpec) -> int:
+    """Elements per token of the matmul outputs per-op recompute saves."""
+    return sum(n for _, n, _ in torchtitan_matmuls(model)[0::2])
+
+
 def recompute_flops_per_token(model: TransformerSpec, seq_len: int, recompute: Recompute,
                               attention: AttentionKernel) -> float:
     """Extra forward FLOPs per token that recomputation adds (full: every layer's forward;
@@ -337,7 +380,11 @@ def recompute_flops_per_token(model: TransformerSpec, seq_len: int, recompute: R
     m = model
     if recompute is Recompute.FULL:
         return sum(layer_forward_flops(m, i, seq_len) for i in range(m.layers))
+    core = sum(2.0 * 2.0 * attended_keys(m, i, seq_len) * m.heads
+               * (m.head_dim + m.value_head_dim) for i in range(m.layers))
+    if recompute is Recompute.OP:
+        gemms = m.layers * sum(2.0 * n * k for _, n, k in op_recomputed_matmuls(m))
+        return gemms + (0.0 if attention.fused else core)
     if recompute is Recompute.SELECTIVE and attention is AttentionKernel.STANDARD:
-        return sum(2.0 * 2.0 * attended_keys(m, i, seq_len) * m.heads
-                   * (m.head_dim + m.value_head_dim) for i in range(m.layers))
+        return core
     return 0.0

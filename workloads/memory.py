@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
+from clustersim.workloads.layer_ops import op_saved_matmul_width
 from clustersim.workloads.model import Mlp, TransformerSpec
 from clustersim.workloads.shards import ParamKind, Shard, stage_shards, vocab_rows
 from clustersim.workloads.stages import StagePlan, stage_plans
@@ -88,6 +89,8 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
     if st.recompute is Recompute.FULL:
         # Only the layer input, sharded by sequence parallelism when it is on.
         return 2.0 * _sbh(m, t, st) / st.sequence_split
+    if st.recompute is Recompute.OP:
+        return _op_saved_bytes(m, t, st)
     i = m.layers - 1 if layer is None else layer
     tp, sp = st.tp, st.sequence_parallel
     e = t.precision.activation_bytes
@@ -116,6 +119,20 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
     elif t.attention.fused:
         core = 4.0 * per * m.heads            # FP32 log-sum-exp per query and head
     return replicated / (tp if sp else 1) + whole + (split + core) / tp
+
+
+def _op_saved_bytes(model: TransformerSpec, training: TrainingSpec, strategy: Strategy) -> float:
+    """Per-op recompute (tp = 1) keeps the layer input, the outputs of every other matmul, and
+    a fused attention kernel's output with its FP32 log-sum-exp."""
+    m, t = model, training
+    e = t.precision.activation_bytes
+    per = _sbh(m, t, strategy) / m.hidden
+    width = m.hidden + op_saved_matmul_width(m)
+    lse = 0.0
+    if t.attention.fused:
+        width += m.attn_out_dim
+        lse = 4.0 * per * m.heads
+    return e * per * width + lse
 
 
 def _mean_over_layers(model: TransformerSpec, training: TrainingSpec, strategy: Strategy,
@@ -197,11 +214,13 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
     per_layer = _mean_over_layers(model, training, st, plan)
     sbh = _sbh(model, training, st)
     kept = replace(st, recompute=Recompute.NONE)
-    if st.recompute is Recompute.FULL:
+    if st.recompute in (Recompute.FULL, Recompute.OP):
         whole = max(layer_activation_bytes(model, training, kept, i) for i in plan.layer_ids)
-        # Block recompute: the first recompute_layers of each chunk keep only their input.
-        recomputed = st.recomputed_layers(plan.chunk_layers)
-        per_layer = (recomputed * per_layer + (plan.layers - recomputed) * whole) / max(1, plan.layers)
+        if st.recompute is Recompute.FULL:
+            # Block recompute: the first recompute_layers of each chunk keep only their input.
+            recomputed = st.recomputed_layers(plan.chunk_layers)
+            per_layer = ((recomputed * per_layer + (plan.layers - recomputed) * whole)
+                         / max(1, plan.layers))
         # The layer being recomputed holds its full activations during its backward.
         activations = inflight_layer_sets(plan, st, micro) * per_layer + whole
     else:

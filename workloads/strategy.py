@@ -50,6 +50,12 @@ class Recompute(enum.Enum):
     """Recompute only the attention core (Korthikanti et al. 2022 sec. 5)."""
     FULL = "full"
     """Store each layer's input only; recompute the whole layer forward in backward."""
+    OP = "op"
+    """torchtitan's per-op selective checkpointing (``selective_ac_option: op``): each layer
+    saves the outputs of its attention kernel and of every other matmul (the 1st, 3rd, ...
+    in forward order: q, v, and w1 and w2 of a gated MLP) and recomputes the rest (the k and
+    output projections, w3, every element-wise op) before its backward
+    (torchtitan ``_apply_ac_to_transformer_block``, "except every second mm")."""
 
 
 class Offload(enum.Enum):
@@ -326,6 +332,21 @@ def _check_a2a_overlap(s: Strategy, path: str) -> None:
                         f"virtual_stages={s.virtual_stages})")
 
 
+def _check_op_recompute(s: Strategy, model: TransformerSpec, path: str) -> None:
+    """Per-op recompute is modelled where torchtitan's matmul count is known: dense layers
+    with separate projections, and no tensor parallelism (under TP torchtitan's recompute
+    also re-runs the sequence-parallel all-gathers, which the model does not emit)."""
+    if s.recompute is not Recompute.OP:
+        return
+    if model.is_moe or model.is_mla:
+        raise SpecError(f"{path}.recompute", "op is modelled for dense layers with "
+                        "multi-head or grouped-query attention only (this model has "
+                        f"{'experts' if model.is_moe else 'latent attention'})")
+    if s.tp > 1:
+        raise SpecError(f"{path}.recompute", f"op is modelled without tensor parallelism "
+                        f"(tp = 1), got tp = {s.tp}")
+
+
 def micro_batches(training: TrainingSpec, strategy: Strategy) -> int:
     """Micro-batches each pipeline runs per step (gradient-accumulation steps); with uneven
     ``replica_batch``, the most any replica runs."""
@@ -414,6 +435,7 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
         raise SpecError(f"{path}.ep_dispatcher", f"{s.ep_dispatcher.value} dispatches tokens "
                         "between expert-parallel ranks and needs ep > 1")
     _check_a2a_overlap(s, path)
+    _check_op_recompute(s, model, path)
     if s.virtual_stages > 1 and s.schedule is not Schedule.INTERLEAVED:
         raise SpecError(f"{path}.virtual_stages", f"{s.virtual_stages} needs schedule: interleaved")
     if s.schedule is Schedule.INTERLEAVED:

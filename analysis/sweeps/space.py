@@ -67,7 +67,8 @@ class SweepSpace:
     schedule: tuple[Schedule, ...] = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
     virtual_stages: tuple[int, ...] = (2,)
     """Model chunks per stage tried with the interleaved schedule."""
-    recompute: tuple[Recompute, ...] = tuple(Recompute)
+    recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+    """Per-op recompute (``op``, torchtitan's) is tried only when a space names it."""
     zero: tuple[int, ...] = (0, 1, 2, 3)
     offload: tuple[Offload, ...] = tuple(Offload)
     sequence_parallel: tuple[bool, ...] = (True,)
@@ -229,7 +230,10 @@ def layouts(base: Job, world: int, space: SweepSpace) -> Iterator[Job]:
                 yield Job(base.model, training, strategy)
 
 
-_RECOMPUTE_WORK = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
+_RECOMPUTE_WORK = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.OP: 1.5,
+                   Recompute.FULL: 2}
+"""Per-op recompute redoes a superset of selective's work (the attention core too when it is
+unfused) and a subset of full's."""
 _OFFLOAD_WORK = {Offload.NONE: 0, Offload.OPTIMIZER: 1, Offload.PARAMS: 2}
 
 
