@@ -162,20 +162,19 @@ class StageBuilder:
     # --- the schedule ----------------------------------------------------------------------
     def forward_pass(self, slot: Slot) -> Steps:
         """One micro-batch's forward through one of the stage's model chunks."""
-        stage, strategy = self.stage, self.stage.strategy
-        chunk = slot.chunk * strategy.pp + stage.plan.stage      # global chunk index
-        last_chunk = strategy.chunks - 1
+        stage = self.stage
+        chunk, first, last = self.pipeline.place(slot)
         layers, micro = list(stage.plan.chunk_layer_ids[slot.chunk]), slot.micro
         deps: tuple[int, ...] = ()
-        if chunk > 0:
+        if not first:
             deps = (self.pipeline.receive(Pass.FORWARD, micro, chunk),)
-        if chunk in (0, last_chunk):
+        if first or last:
             deps += self.data.gather_root(micro)
-        if chunk == 0:
+        if first:
             deps = (self.embedding_forward(micro, deps),)
         for layer in layers:
             deps = ((yield from self.layer_forward(micro, layer, layers, Phase.FORWARD, deps)),)
-        if chunk == last_chunk:
+        if last:
             self.head_forward(micro, deps)
             yield from self.mtp_forward(micro, deps)
             return stage.ops.ops[-1].id
@@ -183,29 +182,28 @@ class StageBuilder:
 
     def backward_pass(self, slot: Slot) -> Steps:
         """One micro-batch's backward through one of the stage's model chunks."""
-        stage, strategy = self.stage, self.stage.strategy
-        chunk = slot.chunk * strategy.pp + stage.plan.stage
-        last_chunk = strategy.chunks - 1
+        stage = self.stage
+        chunk, first, last = self.pipeline.place(slot)
         layers, micro = list(stage.plan.chunk_layer_ids[slot.chunk]), slot.micro
         deps: tuple[int, ...] = ()
-        if chunk < last_chunk:
+        if not last:
             deps = (self.pipeline.receive(Pass.BACKWARD, micro, chunk),)
-        last_micro = micro == stage.job.micro_batches - 1
-        if chunk == last_chunk:
+        last_micro = self.pipeline.last_micro(slot)
+        if last:
             mtp = yield from self.mtp_backward(micro, last_micro)
             deps = (self.head_backward(micro, mtp),)
         backwards = layers[::-1]
         for layer in backwards:
             deps = ((yield from self.layer_backward(micro, layer, backwards, deps,
                                                     last_micro)),)
-        if chunk == 0:
-            last = stage.ops.compute(f"bwd{micro}.embedding", Phase.BACKWARD,
-                                     stage.kernels.embedding_backward(), deps)
+        if first:
+            end = stage.ops.compute(f"bwd{micro}.embedding", Phase.BACKWARD,
+                                    stage.kernels.embedding_backward(), deps)
         else:
-            last = self.pipeline.send(Pass.BACKWARD, micro, chunk, deps)
-        if chunk in (0, last_chunk):
+            end = self.pipeline.send(Pass.BACKWARD, micro, chunk, deps)
+        if first or last:
             self.data.reduce_root(micro)
-        return last
+        return end
 
     def run(self) -> tuple[Op, ...]:
         stage, strategy = self.stage, self.stage.strategy

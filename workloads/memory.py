@@ -16,7 +16,8 @@ Sources:
 - In-flight micro-batches: 1F1B keeps pp - i on stage i, GPipe all m, the interleaved schedule
   multiplies stage 0's by (1 + (pp - 1) / (pp v)) (Korthikanti sec. 4.2.3; Megatron-LM's
   ``get_num_warmup_microbatches``); the 1F1B all-to-all overlap's merged schedule holds one
-  micro-batch (one chunk) more, for its extra warm-up forward.
+  micro-batch (one chunk) more, for its extra warm-up forward; DualPipe PP + 1 micro-batches of
+  one of its two chunks (DeepSeek-V3 report, arXiv 2412.19437 Table 2).
 """
 
 from __future__ import annotations
@@ -157,6 +158,9 @@ def inflight_layer_sets(plan: StagePlan, strategy: Strategy, micro: int) -> floa
     merged = int(strategy.moe_a2a_overlap)   # its one more warm-up forward
     if strategy.schedule is Schedule.GPIPE:
         return float(micro * plan.layers)
+    if strategy.schedule is Schedule.DUALPIPE:
+        # PP + 1 micro-batches of one chunk (DeepSeek-V3 report, Table 2).
+        return min(pp + 1, micro) * plan.layers / 2
     if strategy.schedule is Schedule.INTERLEAVED and v > 1:
         chunks = min(2 * (pp - i - 1) + (v - 1) * pp + 1 + merged, micro * v)
         return chunks * plan.layers / v

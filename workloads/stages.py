@@ -10,7 +10,9 @@ count the embedding and the loss as one layer each and split L + 1 (+ 1) evenly 
 (``get_num_layers_to_build`` in megatron/core/transformer/transformer_block.py): Llama 3.1 405B
 on PP16 with 8 virtual stages has 128 chunks of one layer, the first holding only the embedding
 and the last only the LM head and loss.
-Chunk c runs on stage c mod pp (Megatron's interleaved assignment).
+Chunk c runs on stage c mod pp (Megatron's interleaved assignment). Under DualPipe stage i holds
+two chunks: model stage i (one direction) and model stage pp-1-i (the other), so the two end
+stages hold the embedding and the LM head both.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clustersim.workloads.model import TransformerSpec
-from clustersim.workloads.strategy import Strategy
+from clustersim.workloads.strategy import Schedule, Strategy
 
 
 def chunk_layers(layers: int, strategy: Strategy) -> tuple[int, ...]:
@@ -66,6 +68,12 @@ def stage_plans(model: TransformerSpec, strategy: Strategy) -> tuple[StagePlan, 
     pp = strategy.pp
     starts = [sum(sizes[:c]) for c in range(len(sizes))]
     ids = [tuple(range(starts[c], starts[c] + sizes[c])) for c in range(len(sizes))]
+    if strategy.schedule is Schedule.DUALPIPE:
+        return tuple(
+            StagePlan(stage=i, chunk_layers=(sizes[i], sizes[pp - 1 - i]),
+                      has_embedding=i in (0, pp - 1), has_head=i in (0, pp - 1),
+                      chunk_layer_ids=(ids[i], ids[pp - 1 - i]))
+            for i in range(pp))
     return tuple(
         StagePlan(stage=i, chunk_layers=tuple(sizes[c] for c in range(i, len(sizes), pp)),
                   has_embedding=(i == 0), has_head=(i == pp - 1),

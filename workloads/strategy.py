@@ -24,6 +24,10 @@ class Schedule(enum.Enum):
     """PipeDream-Flush: warm-up forwards, then alternate (Narayanan et al. SC'21 sec. 2.2.1)."""
     INTERLEAVED = "interleaved"
     """1F1B over ``virtual_stages`` model chunks per device (Narayanan et al. SC'21 sec. 2.2.2)."""
+    DUALPIPE = "dualpipe"
+    """DeepSeek-V3's bidirectional pipeline (arXiv 2412.19437 sec. 3.2.1): micro-batches from
+    both ends, two parameter copies per stage, forward and backward chunks of two micro-batches
+    overlapped so the expert all-to-all of one hides under the other's compute."""
 
 
 class CpAlgorithm(enum.Enum):
@@ -347,6 +351,28 @@ def _check_op_recompute(s: Strategy, model: TransformerSpec, path: str) -> None:
                         f"(tp = 1), got tp = {s.tp}")
 
 
+def _check_dualpipe(s: Strategy, model: TransformerSpec, micro: int, path: str) -> None:
+    """DualPipe's shape (deepseek-ai/DualPipe asserts the same): an even pipeline, at least two
+    micro-batches per stage, as many from each end; the two directions are its model chunks."""
+    field = f"{path}.schedule"
+    if s.pp < 2 or s.pp % 2:
+        raise SpecError(field, f"dualpipe needs an even pp >= 2, got pp={s.pp}")
+    if micro % 2 or micro < 2 * s.pp:
+        raise SpecError(field, f"dualpipe needs an even number of micro-batches per pipeline, "
+                        f"at least 2*pp = {2 * s.pp}; got {micro}")
+    if s.virtual_stages != 1:
+        raise SpecError(f"{path}.virtual_stages", "dualpipe's two directions are its chunks; "
+                        f"virtual_stages must be 1, got {s.virtual_stages}")
+    if s.zero >= 3:
+        raise SpecError(f"{path}.zero", "dualpipe with ZeRO-3 is not modelled (DeepSeek-V3 ran "
+                        "ZeRO-1)")
+    if s.moe_a2a_overlap:
+        raise SpecError(f"{path}.moe_a2a_overlap", "dualpipe overlaps its chunk pairs itself; "
+                        "leave moe_a2a_overlap false")
+    if model.tied_embeddings:
+        raise SpecError(field, "dualpipe with tied embeddings is not modelled")
+
+
 def micro_batches(training: TrainingSpec, strategy: Strategy) -> int:
     """Micro-batches each pipeline runs per step (gradient-accumulation steps); with uneven
     ``replica_batch``, the most any replica runs."""
@@ -436,6 +462,8 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
                         "between expert-parallel ranks and needs ep > 1")
     _check_a2a_overlap(s, path)
     _check_op_recompute(s, model, path)
+    if s.schedule is Schedule.DUALPIPE:
+        _check_dualpipe(s, model, micro_batches(training, s), path)
     if s.virtual_stages > 1 and s.schedule is not Schedule.INTERLEAVED:
         raise SpecError(f"{path}.virtual_stages", f"{s.virtual_stages} needs schedule: interleaved")
     if s.schedule is Schedule.INTERLEAVED:

@@ -16,6 +16,16 @@ forward's dispatch, and so on; the overlapped chunk pair of the DeepSeek-V3 repo
 2412.19437 sec. 3.2.1, Figure 4). A merged pair must hold different micro-batches, so the merged
 schedule runs one warm-up forward more than the plain one.
 
+DualPipe (DeepSeek-V3 report, arXiv 2412.19437 sec. 3.2.1, Figure 5; the order of
+deepseek-ai/DualPipe's ``DualPipe._forward_backward_pipelining``): micro-batches enter from both
+ends of the pipeline. Stage i holds model stage i of one direction (chunk 0, stage 0 -> pp-1) and
+model stage pp-1-i of the other (chunk 1): two copies of the parameters. Eight phases per stage:
+forwards of the own direction, forwards of both, backward-forward of the other, then the main
+phase of overlapped forward-backward chunk pairs (each the overlapped pair above), then the
+drains. Here a backward computes its weight gradients at once: the zero-bubble split that defers
+them into the drain's bubbles is not modelled, which leaves the bubble somewhat larger than
+DualPipe's (PP/2 - 1)(F&B + B - 3W).
+
 Between stages each micro-batch's activation goes forward and its gradient back, split over the
 TP ranks (Megatron's scatter/gather optimisation, Narayanan et al. SC'21 sec. 4.1): each TP rank
 sends 1/tp of it, as non-blocking send/recv on the pp stream.
@@ -58,6 +68,8 @@ def stage_order(schedule: Schedule, pp: int, v: int, micro: int, stage: int,
     """The stage's passes in the order it runs them; with ``merge`` (1F1B and interleaved
     only), one warm-up forward more and every steady-state backward merged with the forward
     before it."""
+    if schedule is Schedule.DUALPIPE:
+        return dualpipe_order(pp, micro, stage)
     if schedule is Schedule.GPIPE:
         return ([Slot(Pass.FORWARD, j, 0) for j in range(micro)]
                 + [Slot(Pass.BACKWARD, j, 0) for j in range(micro)])
@@ -83,6 +95,55 @@ def stage_order(schedule: Schedule, pp: int, v: int, micro: int, stage: int,
     return order
 
 
+def dualpipe_order(pp: int, micro: int, stage: int) -> list[Slot]:
+    """Stage ``stage``'s DualPipe order. ``chunk`` is the direction (0: entering at stage 0,
+    1: at stage pp-1); micro-batches 0 .. micro/2-1 go one way, the rest the other. The
+    reference names passes by "phase", the stage's own direction first (chunk 1 is phase 0 on
+    the second half of the stages)."""
+    half, half_micro = pp // 2, micro // 2
+    rank = min(stage, pp - 1 - stage)
+    middle = half - 1 <= stage <= half
+    swap = int(stage >= half)
+    issued = {Pass.FORWARD: [0, 0], Pass.BACKWARD: [0, 0]}
+    order: list[Slot] = []
+
+    def run(kind: Pass, phase: int, merged: bool = False) -> None:
+        direction = phase ^ swap
+        j = issued[kind][direction]
+        issued[kind][direction] += 1
+        order.append(Slot(kind, direction * half_micro + j, direction, merged))
+
+    def pair(forward: int, backward: int) -> None:
+        run(Pass.FORWARD, forward)
+        run(Pass.BACKWARD, backward, merged=True)
+
+    F, B = Pass.FORWARD, Pass.BACKWARD
+    for _ in range((half - rank - 1) * 2):                  # 1: nF0
+        run(F, 0)
+    for _ in range(rank + 1):                               # 2: nF0F1
+        run(F, 0)
+        run(F, 1)
+    for _ in range(half - rank - 1):                        # 3: nB1W1F1
+        run(B, 1)
+        run(F, 1)
+    for i in range(half_micro - pp + rank + 1):             # 4: nF0B1F1B0
+        if i == 0 and middle:
+            run(F, 0)
+            run(B, 1)
+        else:
+            pair(0, 1)
+        pair(1, 0)
+    for _ in range(half - rank - 1):                        # 5: nB1F1B0
+        run(B, 1)
+        pair(1, 0)
+    for _ in range(rank + 1):                               # 6: nB1B0
+        run(B, 1)
+        run(B, 0)
+    for _ in range(half - rank - 1):                        # 7: nWB0
+        run(B, 0)
+    return order
+
+
 def steps(order: list[Slot]) -> list[tuple[Slot, ...]]:
     """The order as steps: one pass, or a forward and the backward merged with it."""
     out: list[tuple[Slot, ...]] = []
@@ -103,18 +164,46 @@ class PipelineParallel:
         pp, index = stage.strategy.pp, stage.plan.stage
         self.previous, self.next = (index - 1) % pp, (index + 1) % pp
         self.message_bytes = stage.activation_bytes / stage.strategy.tp
+        self.dualpipe = stage.strategy.schedule is Schedule.DUALPIPE
+
+    def place(self, slot: Slot) -> tuple[int, bool, bool]:
+        """The slot's global chunk index, and whether that chunk is the model's first (with
+        the embedding) and its last (with the LM head). Under DualPipe chunks 0 .. pp-1 run
+        from stage 0 up and chunks pp .. 2pp-1 from stage pp-1 down."""
+        s, index = self.stage.strategy, self.stage.plan.stage
+        if self.dualpipe:
+            position = index if slot.chunk == 0 else s.pp - 1 - index
+            return slot.chunk * s.pp + position, position == 0, position == s.pp - 1
+        chunk = slot.chunk * s.pp + index
+        return chunk, chunk == 0, chunk == s.chunks - 1
+
+    def _neighbours(self, chunk: int) -> tuple[int, int]:
+        """The stages before and after ``chunk`` in its direction."""
+        if self.dualpipe and chunk >= self.stage.strategy.pp:
+            return self.next, self.previous
+        return self.previous, self.next
 
     def receive(self, kind: Pass, micro: int, chunk: int) -> int:
         """The activation (forward) or gradient (backward) that ``chunk`` needs."""
-        peer = self.previous if kind is Pass.FORWARD else self.next
+        before, after = self._neighbours(chunk)
+        peer = before if kind is Pass.FORWARD else after
         return self.stage.ops.recv(f"recv_{kind.value}{micro}.chunk{chunk}", peer,
                                    self.message_bytes, _tag(kind, micro, chunk))
 
     def send(self, kind: Pass, micro: int, chunk: int, deps: tuple[int, ...]) -> int:
         """``chunk``'s output (forward) or input gradient (backward) to the next chunk."""
-        peer, to = (self.next, chunk + 1) if kind is Pass.FORWARD else (self.previous, chunk - 1)
+        before, after = self._neighbours(chunk)
+        peer, to = (after, chunk + 1) if kind is Pass.FORWARD else (before, chunk - 1)
         return self.stage.ops.send(f"send_{kind.value}{micro}.chunk{chunk}", peer,
                                    self.message_bytes, _tag(kind, micro, to), deps)
+
+    def last_micro(self, slot: Slot) -> bool:
+        """Whether the slot's micro-batch is the last its chunk's parameters see this step
+        (their gradients are reduced then); under DualPipe each direction has its own."""
+        micro = self.stage.job.micro_batches
+        if self.dualpipe:
+            return slot.micro == (slot.chunk + 1) * (micro // 2) - 1
+        return slot.micro == micro - 1
 
 
 def _tag(kind: Pass, micro: int, chunk: int) -> int:
