@@ -112,3 +112,16 @@ def test_the_json_names_the_slowest_rank(catalog):
     assert ranks["count"] == 8 and ranks["finish_s_max"] == result.step_time_s
     assert result.rank_finish_s[ranks["slowest_rank"]] == result.step_time_s
     assert ranks["finish_s_min"] < ranks["finish_s_median"] <= ranks["finish_s_max"]
+
+
+def test_the_summary_names_the_ranks_clocks_and_the_slowest(catalog):
+    from clustersim.analysis.reports.summary import simulated_line
+    strategy = Strategy(tp=2, pp=2, dp=2)
+    trace, cluster = _setup(catalog, strategy)
+    expanded = _run(trace, cluster, NetworkMode.FLOW, Faults(compute_slowdown={6: 2.0}))
+    line = simulated_line(expanded, 8)
+    slowest = int(expanded.rank_finish_s.argmax())
+    assert line.startswith("8 ranks on their own clocks as lanes of 2 rank classes")
+    assert line.endswith(f"(slowest: rank {slowest})")
+    collapsed = _run(trace, cluster, NetworkMode.FLOW, expand=False)
+    assert simulated_line(collapsed, 8).startswith("2 rank classes for 8 GPUs")

@@ -33,6 +33,19 @@ def memory_table(report: StepReport) -> str:
                                     title="Memory by device group (GiB)")
 
 
+def simulated_line(r, gpus: int) -> str:
+    """What the engine ran: rank classes, or (expanded) every rank's clock and how they spread."""
+    classes = f"{len(r.classes)} rank {'class' if len(r.classes) == 1 else 'classes'}"
+    work = f"{r.events:,} events in {r.wall_time_s:.2f} s"
+    f = r.rank_finish_s
+    if f is None:
+        return f"{classes} for {gpus} GPUs, {work}"
+    slowest = int(f.argmax())
+    return (f"{len(f)} ranks on their own clocks as lanes of {classes}, {work}; ranks finish "
+            f"from {format_time(float(f.min()))} to {format_time(float(f.max()))} "
+            f"(slowest: rank {slowest})")
+
+
 def breakdown_table(report: StepReport) -> str:
     r = report.result
     b = r.breakdown
@@ -132,8 +145,7 @@ def summary(report: StepReport) -> str:
                         + (" / ".join(format_bytes(g.device.memory_bytes) for g in cluster.groups)
                            if cluster.groups else format_bytes(cluster.device.memory_bytes))
                         + ")"),
-        ("simulated", f"{len(r.classes)} rank {'class' if len(r.classes) == 1 else 'classes'} "
-                      f"for {cluster.num_devices} GPUs, {r.events:,} events in {r.wall_time_s:.2f} s"),
+        ("simulated", simulated_line(r, cluster.num_devices)),
         *([("note", note)] if (note := recompute_note(report)) else []),
     ], title=f"clustersim: {cfg.name}")
     parts = [head, breakdown_table(report), memory_table(report)]
@@ -170,8 +182,7 @@ def cnn_summary(report: CnnStepReport) -> str:
         ("peak memory", f"{format_bytes(r.peak_memory_gb * 1e9)} per GPU "
                         f"({'fits' if r.fits_in_memory else 'DOES NOT FIT'} in "
                         f"{format_bytes(cluster.device.memory_bytes)})"),
-        ("simulated", f"{len(r.classes)} rank class for {cluster.num_devices} GPUs, "
-                      f"{r.events:,} events in {r.wall_time_s:.2f} s"),
+        ("simulated", simulated_line(r, cluster.num_devices)),
         ("note", "exposed SPATIAL comm is the halo exchange (and the gather before the dense "
                  "layers) the step waits for"),
     ], title=f"clustersim: {cfg.name}")

@@ -15,7 +15,8 @@ import simpy
 from hypothesis import assume, given, strategies as st
 
 from clustersim.hardware_specs import SpecError, load_catalog
-from clustersim.simulator import SimulationOptions, StepSimulation
+from clustersim.simulator import Faults, SimulationOptions, StepSimulation
+from clustersim.simulator.engine import NetworkMode
 from clustersim.simulator.flows import FlowNetwork
 from clustersim.workloads import Recompute, Schedule, Strategy
 from clustersim.workloads.builder import build_trace
@@ -83,6 +84,24 @@ def test_collapsed_rank_classes_give_the_expanded_step_time(job):
     lanes = _run(job, record=False, expand=True)
     assert lanes.step_time_s == pytest.approx(collapsed.step_time_s, rel=1e-12)
     assert (lanes.rank_finish_s <= lanes.step_time_s).all()
+
+
+@given(jobs(), st.data())
+def test_under_the_analytic_model_lanes_give_every_rank_its_per_rank_finish(job, data):
+    """Ranks slowed by factors of their own (compute and links): under the analytic network
+    model, following them as lanes of the collapsed classes gives every rank the finish time
+    that simulating one class per rank gives."""
+    world = job.strategy.world_size
+    factors = st.lists(st.sampled_from([1.0, 1.1, 1.5, 2.0]), min_size=world, max_size=world)
+    faults = Faults(compute_slowdown=dict(enumerate(data.draw(factors))),
+                    link_slowdown=dict(enumerate(data.draw(factors))))
+    trace, cluster = build_trace(job), _cluster(job)
+    options = SimulationOptions(record=False, expand=True, network=NetworkMode.ANALYTIC)
+    lanes = StepSimulation(trace, cluster, options, faults).run()
+    per_rank = StepSimulation(trace, cluster, options, faults, lanes=False).run()
+    finish = {c.representative: c.finish_s for c in per_rank.classes}
+    assert lanes.rank_finish_s.tolist() == pytest.approx([finish[r] for r in range(world)],
+                                                         rel=1e-12, abs=0.0)
 
 
 @given(jobs())
