@@ -20,6 +20,8 @@ import enum
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from clustersim.hardware_specs.cluster import ClusterSpec
 from clustersim.hardware_specs.fabric import FabricKind
 
@@ -36,6 +38,18 @@ class LinkKind(enum.IntEnum):
 
 
 Link = tuple[LinkKind, int]
+
+LINK_CODE_STRIDE = 1 << 40
+"""A link as one integer, ``kind * LINK_CODE_STRIDE + index`` (:meth:`Topology.routes`)."""
+
+
+_KINDS = tuple(LinkKind)
+
+
+def links_of(codes: list[int]) -> list[Link]:
+    """Links of their codes (:data:`LINK_CODE_STRIDE`)."""
+    kinds, stride = _KINDS, LINK_CODE_STRIDE
+    return [(kinds[code // stride], code % stride) for code in codes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,23 +94,40 @@ class Topology:
         else:
             self.leaves_per_pod = math.inf
             self.pod_capacity = math.inf
+        self._locations: dict[int, Location] = {}
+        self._fields: dict[str, np.ndarray] | None = None
+        self._capacity_of_kind = tuple(
+            self.nic_capacity if k in (LinkKind.NIC_TX, LinkKind.NIC_RX)
+            else self.leaf_capacity if k in (LinkKind.LEAF_UP, LinkKind.LEAF_DOWN)
+            else self.pod_capacity for k in LinkKind)
 
     def location(self, device: int) -> Location:
-        node, local = divmod(device, self.devices_per_node)
-        nics = self.nics_per_node or 1
-        rail = local * nics // self.devices_per_node
-        group = node // self.nodes_per_leaf
-        leaf = group * nics + rail if self.rail_optimized else group
-        pod = 0 if self.leaves_per_pod is math.inf else leaf // int(self.leaves_per_pod)
-        return Location(node, local, node * nics + rail, rail, leaf, pod)
+        """Where ``device`` sits (memoised: collectives of thousands of GPUs ask again and
+        again)."""
+        hit = self._locations.get(device)
+        if hit is None:
+            f = self.fields()
+            hit = self._locations[device] = Location(
+                **{name: int(f[name][device]) for name in Location.__slots__})
+        return hit
+
+    def fields(self) -> dict[str, np.ndarray]:
+        """Every device's :class:`Location`, one array per field, indexed by device."""
+        if self._fields is None:
+            device = np.arange(self.cluster.num_nodes * self.devices_per_node, dtype=np.int64)
+            node, local = np.divmod(device, self.devices_per_node)
+            nics = self.nics_per_node or 1
+            rail = local * nics // self.devices_per_node
+            group = node // self.nodes_per_leaf
+            leaf = group * nics + rail if self.rail_optimized else group
+            pod = (np.zeros_like(leaf) if self.leaves_per_pod is math.inf
+                   else leaf // int(self.leaves_per_pod))
+            self._fields = {"node": node, "local": local, "nic": node * nics + rail,
+                            "rail": rail, "leaf": leaf, "pod": pod}
+        return self._fields
 
     def capacity(self, link: Link) -> float:
-        kind = link[0]
-        if kind in (LinkKind.NIC_TX, LinkKind.NIC_RX):
-            return self.nic_capacity
-        if kind in (LinkKind.LEAF_UP, LinkKind.LEAF_DOWN):
-            return self.leaf_capacity
-        return self.pod_capacity
+        return self._capacity_of_kind[link[0]]
 
     def path(self, src: int, dst: int) -> tuple[Link, ...]:
         """Network links of a transfer from device ``src`` to device ``dst`` (empty inside a
@@ -113,3 +144,23 @@ class Topology:
             links.append((LinkKind.LEAF_DOWN, b.leaf))
         links.append((LinkKind.NIC_RX, b.nic))
         return tuple(links)
+
+    def routes(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`path` of every transfer ``src[i] -> dst[i]`` at once: (transfer index, link
+        code) of each link crossed, transfer by transfer, each path in :meth:`path`'s order."""
+        f = self.fields()
+        node, local = f["node"], f["local"]
+        proxy = node[src] * self.devices_per_node + local[dst]
+        remote = node[src] != node[dst]
+        cross_leaf = remote & (f["leaf"][proxy] != f["leaf"][dst])
+        cross_pod = cross_leaf & (f["pod"][proxy] != f["pod"][dst])
+        hops = ((LinkKind.NIC_TX, f["nic"][proxy], remote),
+                (LinkKind.LEAF_UP, f["leaf"][proxy], cross_leaf),
+                (LinkKind.POD_UP, f["pod"][proxy], cross_pod),
+                (LinkKind.POD_DOWN, f["pod"][dst], cross_pod),
+                (LinkKind.LEAF_DOWN, f["leaf"][dst], cross_leaf),
+                (LinkKind.NIC_RX, f["nic"][dst], remote))
+        codes = np.stack([int(kind) * LINK_CODE_STRIDE + index for kind, index, _ in hops], axis=1)
+        used = np.stack([mask for _, _, mask in hops], axis=1)
+        transfer = np.broadcast_to(np.arange(len(src))[:, None], used.shape)
+        return transfer[used], codes[used]

@@ -13,10 +13,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import gc
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import simpy
@@ -118,6 +120,21 @@ class Faults:
                 | set(self.input_stall_s))
 
 
+@contextlib.contextmanager
+def _cycle_collector_paused() -> Iterator[None]:
+    """Pause Python's cycle collector while a step replays. The replay allocates millions of
+    small objects that reference counting frees; the collector, triggered by those
+    allocations, would scan every live object (the trace's too) again and again: about 40% of
+    a 16K-GPU replay. What cycles the replay leaves are collected once it is back on."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 class _Rendezvous:
     __slots__ = ("needed", "arrived", "event", "posted")
 
@@ -204,6 +221,11 @@ class StepSimulation:
                           else lambda rank: devices[cluster.device_of(rank)])
         self.rendezvous: dict[tuple, _Rendezvous] = {}
         self._instance_cache: dict[tuple, Instances] = {}
+        self._plans: dict[tuple, tuple[Plan, float] | None] = {}
+        """A collective's (plan, copy time) by what decides it: the network model's own cache
+        hashes the device groups, thousands of ints, on every lookup."""
+        self._times: dict[int, tuple[Plan, float]] = {}
+        """id(plan) -> (plan, its uncontended time): a plan's time walks its link loads."""
         self.lanes: LaneReplay | None = None
         if (options.expand and lanes and not cluster.groups and faults.lanes_follow
                 and not options.one_class_per_rank(cluster.device)):
@@ -256,6 +278,12 @@ class StepSimulation:
             hit = self._instance_cache[key] = tuple(
                 tuple(device(r) for r in gs.groups[i]) for i in sorted(seen))
         return hit
+
+    def _plan_time(self, plan: Plan) -> float:
+        hit = self._times.get(id(plan))
+        if hit is None or hit[0] is not plan:
+            hit = self._times[id(plan)] = (plan, plan.time(self.network.topology))
+        return hit[1]
 
     def _link_factors(self, classes) -> tuple[float, float]:
         """(network, scale-up) stretch of a transfer among ``classes``: its slowest member's."""
@@ -340,12 +368,12 @@ class StepSimulation:
         net, intra = self._stretch(classes)
         if net != 1.0 or intra != 1.0:
             plan = plan.scaled(net, intra)
-        expected = (plan.time(self.network.topology) + extra_s
+        expected = (self._plan_time(plan) + extra_s
                     if self.interference.compute_slowdown else 0.0)
         for c in classes:
             self.states[c].activity.start_transfer(env.now, expected)
         if self.flows is None or not plan.loads:
-            yield env.timeout(plan.time(self.network.topology) + extra_s)
+            yield env.timeout(self._plan_time(plan) + extra_s)
         else:
             start = env.now
             yield self.flows.transfer(plan.loads)
@@ -354,13 +382,26 @@ class StepSimulation:
         for c in classes:
             self.states[c].activity.end_transfer()
 
-    def _run_collective(self, op: CollectiveOp, st: _ClassState, classes):
+    def _collective_plan(self, op: CollectiveOp, classes) -> tuple[Plan, float] | None:
+        """The plan of ``op`` run by ``classes`` and its per-rank copy time; None when there
+        is nothing to move (one rank, no bytes)."""
+        key = (op.group, classes, op.kind, op.bytes, op.routing, op.per_rank_copies)
+        try:
+            return self._plans[key]
+        except KeyError:
+            pass
         instances = self._instances(op.group, classes)
-        if len(instances[0]) <= 1 or op.bytes <= 0:
-            return
-        plan = self.network.plan(op.kind, op.bytes, instances, op.routing)
-        copies = len(instances[0]) * COPY_KERNEL_S if op.per_rank_copies else 0.0
-        yield from self._transfer(plan, classes, copies)
+        hit = None
+        if len(instances[0]) > 1 and op.bytes > 0:
+            plan = self.network.plan(op.kind, op.bytes, instances, op.routing)
+            hit = (plan, len(instances[0]) * COPY_KERNEL_S if op.per_rank_copies else 0.0)
+        self._plans[key] = hit
+        return hit
+
+    def _run_collective(self, op: CollectiveOp, st: _ClassState, classes):
+        hit = self._collective_plan(op, classes)
+        if hit is not None:
+            yield from self._transfer(hit[0], classes, hit[1])
 
     def _collective(self, st: _ClassState, op: CollectiveOp):
         env = self.env
@@ -452,8 +493,9 @@ class StepSimulation:
     def replay(self) -> Replay:
         """Replay the step: one timeline of records per rank class."""
         wall = time.perf_counter()
-        self.start()
-        events = self._run_to_end()
+        with _cycle_collector_paused():
+            self.start()
+            events = self._run_to_end()
         return self.finished(events, time.perf_counter() - wall)
 
     def start(self) -> None:
@@ -478,7 +520,8 @@ class StepSimulation:
 
     def run(self) -> StepResult:
         """Replay the step and summarise it: breakdowns, critical class, metrics."""
-        return self.summary(self.replay())
+        with _cycle_collector_paused():
+            return self.summary(self.replay())
 
     def summary(self, replay: Replay) -> StepResult:
         """A replay's breakdowns, critical class and metrics."""

@@ -24,12 +24,15 @@ LL carries 4 data bytes per 8, LL128 120 per 128 (NCCL docs, NCCL_PROTO).
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+import numpy as np
+
 from clustersim.hardware_specs import ClusterSpec, ScaleUpKind
-from clustersim.hardware_specs.topology import Link, LinkKind, Topology
+from clustersim.hardware_specs.topology import Link, LinkKind, Topology, links_of
 from clustersim.workloads.trace import CollectiveKind
 
 
@@ -215,7 +218,11 @@ class Plan:
         return max((b / topology.capacity(link) for link, b in self.loads), default=0.0)
 
     def time(self, topology: Topology) -> float:
-        return self.latency_s + max(self.intra_s, self.network_s(topology))
+        return self.time_given(self.network_s(topology))
+
+    def time_given(self, network_s: float) -> float:
+        """Its time alone on the fabric when its network part takes ``network_s``."""
+        return self.latency_s + max(self.intra_s, network_s)
 
     def scaled(self, factor: float, intra_factor: float | None = None) -> "Plan":
         """The same plan with its bandwidth terms stretched (a degraded link, interference):
@@ -235,6 +242,10 @@ class CollectivePlanner:
         self.intra_hop = Hop.PCI if node.scale_up_kind is ScaleUpKind.PCIE else Hop.NVLINK
         self.scale_up = node.scale_up_bandwidth * node.scale_up_efficiency
         self._unit: dict[tuple, tuple[tuple[Link, float], ...]] = {}
+        self._columns: dict[int, tuple] = {}
+        """id(unit loads) -> (unit loads, their links, per-link units, capacities)."""
+        self._network: dict[int, tuple[tuple, float]] = {}
+        """id(loads) -> (loads, their ``Plan.network_s``) of the loads :meth:`scaled` made."""
 
     # --- network loads per byte of volume ------------------------------------------------
     def nodes_of(self, group: tuple[int, ...]) -> dict[int, list[int]]:
@@ -243,40 +254,73 @@ class CollectivePlanner:
             per[self.topology.location(device).node].append(device)
         return dict(sorted(per.items()))
 
+    def routed_loads(self, src: list[int], dst: list[int],
+                     weights: list[float]) -> tuple[tuple[Link, float], ...]:
+        """Bytes per network link when each ``src[i]`` sends ``weights[i]`` to ``dst[i]``, in
+        the order the links are first crossed. All transfers are routed at once
+        (``Topology.routes``) and each link's bytes summed in transfer order, so the sums are
+        those of adding transfer after transfer."""
+        transfer, codes = self.topology.routes(np.asarray(src, dtype=np.int64),
+                                               np.asarray(dst, dtype=np.int64))
+        if not codes.size:
+            return ()
+        links, first, slot = np.unique(codes, return_index=True, return_inverse=True)
+        sums = np.bincount(slot, weights=np.asarray(weights, dtype=float)[transfer],
+                           minlength=len(links))
+        order = np.argsort(first, kind="stable")
+        return tuple(zip(links_of(links[order].tolist()), sums[order].tolist()))
+
     def ring_unit_loads(self, instances: tuple[tuple[int, ...], ...]) -> tuple[tuple[Link, float], ...]:
         """Network bytes per byte of per-rank ring volume: at each node boundary, the volume
-        leaves on the NICs of the members there, split evenly (one channel per member)."""
+        leaves on the NICs of the members there, split evenly (one channel per member): the
+        i-th member on a node sends to the (i mod m)-th of the m members on the group's next
+        node (nodes in ascending order, the last back to the first)."""
         key = ("ring", instances)
         hit = self._unit.get(key)
         if hit is None:
-            loads: dict[Link, float] = defaultdict(float)
-            for group in instances:
-                nodes = list(self.nodes_of(group).items())
-                if len(nodes) < 2:
-                    continue
-                for (_, here), (_, there) in zip(nodes, nodes[1:] + nodes[:1]):
-                    share = 1.0 / len(here)
-                    for i, src in enumerate(here):
-                        dst = there[i % len(there)]
-                        for link in self.topology.path(src, dst):
-                            loads[link] += share
-            hit = self._unit[key] = tuple(sorted(loads.items()))
+            src, dst, share = self._ring_hops(instances)
+            hit = self._unit[key] = tuple(sorted(self.routed_loads(src, dst, share)))
         return hit
+
+    def _ring_hops(self, instances: tuple[tuple[int, ...], ...]):
+        """(src, dst, share) of every node-boundary hop of the rings, group by group, node by
+        node, member by member: arrays over all groups at once."""
+        sizes = np.fromiter(map(len, instances), dtype=np.int64, count=len(instances))
+        device = np.fromiter(itertools.chain.from_iterable(instances), dtype=np.int64,
+                             count=int(sizes.sum()))
+        group = np.repeat(np.arange(len(instances)), sizes)
+        node = self.topology.fields()["node"][device]
+        order = np.lexsort((node, group))  # stable: members keep their order on a node
+        device, node, group = device[order], node[order], group[order]
+        new_run = np.r_[True, (node[1:] != node[:-1]) | (group[1:] != group[:-1])]
+        starts = np.flatnonzero(new_run)  # one run: the members of one group on one node
+        length = np.diff(np.r_[starts, len(device)])
+        run = np.cumsum(new_run) - 1
+        runs = np.bincount(group[starts], minlength=len(instances))
+        first = np.cumsum(runs) - runs
+        owner = group[starts]
+        after = np.arange(1, len(starts) + 1)  # the next run, back to the group's first
+        following = np.where(after < first[owner] + runs[owner], after, first[owner])[run]
+        position = np.arange(len(device)) - starts[run]
+        dst = device[starts[following] + position % length[following]]
+        crossing = runs[group] >= 2
+        return device[crossing], dst[crossing], (1.0 / length[run])[crossing]
 
     def direct_unit_loads(self, instances: tuple[tuple[int, ...], ...]) -> tuple[tuple[Link, float], ...]:
         """All-to-all: every rank sends 1/n of its buffer to every other rank."""
         key = ("a2a", instances)
         hit = self._unit.get(key)
         if hit is None:
-            loads: dict[Link, float] = defaultdict(float)
+            src: list[int] = []
+            dst: list[int] = []
+            piece: list[float] = []
             for group in instances:
-                piece = 1.0 / len(group)
-                for src in group:
-                    for dst in group:
-                        if src != dst:
-                            for link in self.topology.path(src, dst):
-                                loads[link] += piece
-            hit = self._unit[key] = tuple(loads.items())
+                for s in group:
+                    others = [d for d in group if d != s]
+                    src += [s] * len(others)
+                    dst += others
+                    piece += [1.0 / len(group)] * len(others)
+            hit = self._unit[key] = self.routed_loads(src, dst, piece)
         return hit
 
     def collnet_unit_loads(self, instances: tuple[tuple[int, ...], ...]) -> tuple[tuple[Link, float], ...]:
@@ -294,6 +338,31 @@ class CollectivePlanner:
                             loads[(kind, loc.nic)] += 1.0 / len(members)
             hit = self._unit[key] = tuple(loads.items())
         return hit
+
+    def scaled(self, unit: tuple[tuple[Link, float], ...], times: float,
+               over: float) -> tuple[tuple[Link, float], ...]:
+        """``(link, u * times / over)`` for every ``(link, u)`` of ``unit``, evaluated as that
+        Python expression would (one array operation per step); the network time of the
+        result is remembered for :meth:`network_s`."""
+        hit = self._columns.get(id(unit))
+        if hit is None or hit[0] is not unit:
+            links = [link for link, _ in unit]
+            hit = self._columns[id(unit)] = (
+                unit, links, np.array([u for _, u in unit], dtype=float),
+                np.array([self.topology.capacity(link) for link in links], dtype=float))
+        _, links, units, capacity = hit
+        values = units * times / over
+        loads = tuple(zip(links, values.tolist()))
+        self._network[id(loads)] = (loads, float((values / capacity).max()) if unit else 0.0)
+        return loads
+
+    def network_s(self, plan: Plan) -> float:
+        """``plan.network_s(topology)``, without walking the loads again when :meth:`scaled`
+        made them."""
+        hit = self._network.get(id(plan.loads))
+        if hit is not None and hit[0] is plan.loads:
+            return hit[1]
+        return plan.network_s(self.topology)
 
     # --- plans -------------------------------------------------------------------------------
     def _latency(self, algorithm: Algorithm, proto: Protocol, steps: int, inter: int,
@@ -375,7 +444,7 @@ class CollectivePlanner:
             lat = self.step_latency(multi, per_node) + 2 * remote * self.cluster.node.net_post_overhead_s
             single = SINGLE_GPU_PER_NODE_EFFICIENCY if per_node == 1 else 1.0
             return [Plan(Algorithm.DIRECT, Protocol.SIMPLE, lat, volume / self.scale_up,
-                         tuple((l, u * nbytes / single) for l, u in unit))]
+                         self.scaled(unit, nbytes, single))]
         if kind is CollectiveKind.ALL_REDUCE:
             volume, steps, inter = bus_factor(kind, n) * nbytes, 2 * (n - 1), 2 * (len(nodes) - 1)
         elif kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):
@@ -396,7 +465,7 @@ class CollectivePlanner:
             if multi and proto is not Protocol.SIMPLE and self.cluster.node.net_simple_protocol_only:
                 continue
             eff = self._protocol_efficiency(proto, len(nodes), per_node)
-            loads = tuple((l, u * volume / (eff * single)) for l, u in ring)
+            loads = self.scaled(ring, volume, eff * single)
             reduce_eff = REDUCTION_EFFICIENCY if reducing else 1.0
             intra = volume * nvlink_share / (self.scale_up * eff * reduce_eff)
             out.append(Plan(Algorithm.RING, proto, self._latency(Algorithm.RING, proto, steps, inter,
@@ -418,20 +487,18 @@ class CollectivePlanner:
             lat = (HOP_LATENCY_US[Hop.NET][Algorithm.COLLNET][Protocol.SIMPLE]
                    + 2 * (per_node - 1) * HOP_LATENCY_US[self.intra_hop][Algorithm.RING][Protocol.SIMPLE]) * 1e-6
             out.append(Plan(Algorithm.COLLNET, Protocol.SIMPLE, lat, intra,
-                            tuple((l, u * nbytes) for l, u in unit)))
+                            self.scaled(unit, nbytes, 1.0)))
         return out
 
     def p2p_pairs(self, nbytes: float, pairs: list[tuple[int, int]]) -> Plan:
         """Send/recv of ``nbytes`` between every (src, dst) device pair at once (Simple)."""
-        loads: dict[Link, float] = defaultdict(float)
-        local = False
-        for src, dst in pairs:
-            path = self.topology.path(src, dst)
-            local |= not path
-            for link in path:
-                loads[link] += nbytes
+        node = self.topology.fields()["node"]
+        src = np.array([p[0] for p in pairs], dtype=np.int64)
+        dst = np.array([p[1] for p in pairs], dtype=np.int64)
+        loads = self.routed_loads(src, dst, [nbytes] * len(pairs))
+        local = bool(np.any(node[src] == node[dst]))
         hop = Hop.NET if loads else self.intra_hop
         lat = (BASE_LATENCY_US[Algorithm.RING][Protocol.SIMPLE]
                + HOP_LATENCY_US[hop][Algorithm.RING][Protocol.SIMPLE]) * 1e-6
         intra = nbytes / self.scale_up if local else 0.0
-        return Plan(Algorithm.DIRECT, Protocol.SIMPLE, lat, intra, tuple(loads.items()))
+        return Plan(Algorithm.DIRECT, Protocol.SIMPLE, lat, intra, loads)

@@ -55,7 +55,8 @@ class NetworkModel:
                 candidates = ([p for p in candidates if p.algorithm is forced]
                               or [p for p in candidates if p.algorithm is Algorithm.RING]
                               or candidates)
-            hit = self._plans[key] = min(candidates, key=lambda p: p.time(self.topology))
+            hit = self._plans[key] = min(
+                candidates, key=lambda p: p.time_given(self.planner.network_s(p)))
         return hit
 
     def collective_time(self, kind: CollectiveKind, nbytes: float, instances: Instances,
