@@ -45,7 +45,9 @@ class StepReport:
             "tokens_per_step": job.training.tokens_per_step,
             "micro_batches_per_pipeline": job.micro_batches,
             "cluster": {"gpu": cluster.device.name, "node": cluster.node.name,
-                        "num_gpus": cluster.num_devices, "fabric": cluster.fabric.name},
+                        "num_gpus": cluster.num_devices, "fabric": cluster.fabric.name}
+            | ({"groups": [{"gpu": g.device.name, "node": g.node.name, "num_gpus": g.num_devices}
+                           for g in cluster.groups]} if cluster.groups else {}),
             "strategy": job.strategy.to_dict(),
             "training": job.training.to_dict(),
         }

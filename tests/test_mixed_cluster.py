@@ -57,8 +57,11 @@ def test_each_group_computes_at_its_own_rates():
     assert h100.step_time_s < mixed.step_time_s
     assert mixed.step_time_s == pytest.approx(a100.step_time_s, rel=0.02)
     assert mixed.classes[mixed.critical_class].representative < 16     # an A100 rank
-    balanced = run_step(config([(A100, 16), (H100, 16)], replica_batch=[10, 10, 22, 22])).result
-    assert balanced.step_time_s < 0.7 * mixed.step_time_s
+    balanced = run_step(config([(A100, 16), (H100, 16)], replica_batch=[10, 10, 22, 22]))
+    assert balanced.result.step_time_s < 0.7 * mixed.step_time_s
+    assert balanced.to_dict()["cluster"]["groups"] == [
+        {"gpu": A100, "node": "dgx-a100", "num_gpus": 16},
+        {"gpu": H100, "node": "dgx-h100", "num_gpus": 16}]
 
 
 def test_nics_run_at_their_own_nodes_speed():
