@@ -16,6 +16,7 @@ from clustersim.analysis.config import config_from_mapping, load_config
 from clustersim.analysis.sweeps.balance import (
     HAP_MAX_SPEEDUP, GroupCosts, plan, share_micro_batches, split_layers,
 )
+from clustersim.hardware_specs import SpecError
 from tests.conftest import REPO
 
 
@@ -56,6 +57,18 @@ def test_layers_split_minimises_the_slowest_stage():
                    + costs[g].stage_extra_s[s] for s, group in enumerate(stages) for g in group)
     best = min(worst(c) for c in itertools.product(range(1, 8), repeat=3) if sum(c) == 9)
     assert sum(sizes) == 9 and worst(sizes) == best
+
+
+def test_layers_split_keeps_to_what_fits():
+    """A fast stage that can hold at most 4 layers gets 4, the slow ones the rest."""
+    slow = GroupCosts(device="slow", num_devices=8, layer_s=(2.0,) * 9, stage_extra_s=(0, 0))
+    fast = GroupCosts(device="fast", num_devices=8, layer_s=(1.0,) * 9, stage_extra_s=(0, 0))
+    stages = [{0}, {1}]
+    assert split_layers((slow, fast), stages, 9) == (3, 6)
+    assert split_layers((slow, fast), stages, 9,
+                        lambda stage, start, end: stage == 0 or end - start <= 4) == (5, 4)
+    with pytest.raises(SpecError, match="strategy.pp: no split of the 9 layers"):
+        split_layers((slow, fast), stages, 9, lambda stage, start, end: end - start <= 4)
 
 
 def test_a_pipeline_across_groups_gets_more_layers_on_the_faster_stage():

@@ -12,7 +12,8 @@ per data-parallel replica. The planner
 1. times one micro-batch of every layer, and of each stage's embedding/head work, on each
    group's device with the engine's own compute model (the ops of the even job's trace);
 2. with a pipeline whose stages sit on different groups, splits the layers into contiguous
-   stages minimising the slowest stage (each stage timed on the slowest device it runs on);
+   stages minimising the slowest stage (each stage timed on the slowest device it runs on),
+   among the splits whose every stage fits its smallest device's memory;
 3. gives the micro-batches to the replicas minimising max_r (n_r + pp - 1) x t_r, the 1F1B
    step of replica r whose stages take t_r per micro-batch (the integer form of HAP's min-max;
    handing each next micro-batch to the replica that would finish it first is optimal for
@@ -33,7 +34,8 @@ from clustersim.workloads import Job
 from clustersim.workloads.axes import Axis
 from clustersim.workloads.builder import build_trace
 from clustersim.workloads.layout import ParallelLayout
-from clustersim.workloads.stages import stage_plans
+from clustersim.workloads.memory import stage_memory
+from clustersim.workloads.stages import StagePlan, stage_plans
 from clustersim.workloads.trace import ComputeOp, Trace
 
 from clustersim.analysis.config import RunConfig
@@ -140,8 +142,10 @@ def _stage_s(costs, groups: set[int], stage: int, layers: range) -> float:
                for g in groups)
 
 
-def split_layers(costs, stage_groups: list[set[int]], layers: int) -> tuple[int, ...]:
-    """Contiguous layers per stage (>= 1 each) minimising the slowest stage: dynamic
+def split_layers(costs, stage_groups: list[set[int]], layers: int,
+                 fits=lambda stage, start, end: True) -> tuple[int, ...]:
+    """Contiguous layers per stage (>= 1 each) minimising the slowest stage, among the splits
+    whose every stage ``fits`` (layers ``start:end`` on ``stage``'s smallest device): dynamic
     programming over (stage, layers placed so far)."""
     pp = len(stage_groups)
     inf = float("inf")
@@ -151,17 +155,36 @@ def split_layers(costs, stage_groups: list[set[int]], layers: int) -> tuple[int,
     for s in range(1, pp + 1):
         for end in range(s, layers - (pp - s) + 1):
             for start in range(s - 1, end):
-                if best[s - 1][start] == inf:
+                if best[s - 1][start] == inf or not fits(s - 1, start, end):
                     continue
                 t = max(best[s - 1][start],
                         _stage_s(costs, stage_groups[s - 1], s - 1, range(start, end)))
                 if t < best[s][end]:
                     best[s][end], cut[s][end] = t, start
+    if best[pp][layers] == inf:
+        raise SpecError("strategy.pp", f"no split of the {layers} layers over {pp} stages fits "
+                        "every stage's devices")
     sizes, end = [], layers
     for s in range(pp, 0, -1):
         sizes.append(end - cut[s][end])
         end = cut[s][end]
     return tuple(reversed(sizes))
+
+
+def _fits_memory(job: Job, cluster: ClusterSpec, stage_groups: list[set[int]]):
+    """Whether layers ``start:end`` on a stage fit its smallest device (the memory model of
+    ``workloads/memory.py``, at the even job's micro-batches)."""
+    s = job.strategy
+    capacity = [min(cluster.groups[g].device.memory_bytes for g in groups)
+                for groups in stage_groups]
+    pp = s.pp
+
+    def fits(stage: int, start: int, end: int) -> bool:
+        plan = StagePlan(stage=stage, chunk_layers=(end - start,), has_embedding=stage == 0,
+                         has_head=stage == pp - 1, chunk_layer_ids=(tuple(range(start, end)),))
+        need = stage_memory(job.model, job.training, s, plan).memory.total
+        return need <= capacity[stage]
+    return fits
 
 
 def share_micro_batches(per_micro_s: list[float], total: int, pp: int, unit: int) -> list[int]:
@@ -204,7 +227,8 @@ def plan(config: RunConfig, limit: bool = True) -> BalancePlan:
     stage_groups = [set().union(*(groups[r][st] for r in range(s.dp))) for st in range(s.pp)]
     layers: tuple[int, ...] = ()
     if s.pp > 1 and s.virtual_stages == 1 and len({frozenset(g) for g in stage_groups}) > 1:
-        layers = split_layers(costs, stage_groups, job.model.layers)
+        layers = split_layers(costs, stage_groups, job.model.layers,
+                              _fits_memory(job, cluster, stage_groups))
     sizes = layers or tuple(p.layers for p in stage_plans(job.model, s))
     starts = [sum(sizes[:i]) for i in range(s.pp)]
     per_micro = [max(_stage_s(costs, groups[r][st], st, range(starts[st], starts[st] + sizes[st]))
