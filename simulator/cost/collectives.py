@@ -40,6 +40,7 @@ class Algorithm(enum.Enum):
     RING = "ring"
     TREE = "tree"
     NVLS = "nvls"
+    NVLS_TREE = "nvls_tree"
     COLLNET = "collnet"
     DIRECT = "direct"
 

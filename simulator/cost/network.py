@@ -18,6 +18,7 @@ from clustersim.simulator.cost.collectives import (
 )
 from clustersim.simulator.cost.expert_dispatch import ExpertDispatchPlanner
 from clustersim.simulator.cost.interfaces import Instances
+from clustersim.simulator.cost.nvls_tree import nvls_tree_plan
 from clustersim.workloads.trace import CollectiveKind, Dispatcher, TokenRouting
 
 __all__ = ["Algorithm", "Instances", "NetworkModel", "Plan", "Protocol", "bus_factor"]
@@ -48,6 +49,9 @@ class NetworkModel:
         hit = self._plans.get(key)
         if hit is None:
             candidates = self.planner.plans(kind, nbytes, instances)
+            if kind is CollectiveKind.ALL_REDUCE:
+                tree = nvls_tree_plan(self.planner, nbytes, instances)
+                candidates += [tree] if tree is not None else []
             forced = self.algorithms.get(kind)
             if forced is not None:
                 # NCCL falls back to the ring when the forced algorithm cannot run this

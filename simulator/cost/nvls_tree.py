@@ -1,0 +1,84 @@
+"""NVLSTree all-reduce: NVLink SHARP inside every node, a tree of nodes across the network.
+
+NCCL 2.18 and later run it by default for large all-reduces across H100 (and later) nodes
+whose NVSwitch reduces in the switch (``NCCL_ALGO=NVLSTree``; ``all_reduce.h``,
+``runTreeSplit``/``runNvlsTree``): inside a node each GPU is the head of 1/g of the buffer,
+reduces it in the switch (as the one-node NVLS all-reduce does), sends that node's partial sum
+over its own NIC to the other nodes up a tree, adds what comes back down, and multicasts the
+result to the node's GPUs. The network carries node partials, not every rank's data:
+
+- two nodes: NCCL's double binary tree of two nodes is one parent and one child per tree, each
+  tree carrying half the buffer: every node sends and receives the whole buffer once, 1/g of it
+  on each head's NIC. A ring sends 2(n-1)/n of it per node; so NCCL's tuner doubles the network
+  bandwidth of NVLSTree on two nodes (``tuning.cc``: ``bwInter * 2`` for ``nNodes <= 2``);
+- more nodes: a node that is interior in one of the two trees receives from two children and
+  sends to its parent going up, and the reverse coming down, and is a leaf of the other tree:
+  twice the buffer per node (NCCL's tuner halves the inter-node bandwidth there).
+
+The NVLink part is the one-node NVLS all-reduce's (``collectives.py``: the port fraction
+``nvls_efficiency`` and the per-loop cost fitted on one 8x H100 node); the latency adds NCCL's
+network hop for NVLSTree, twice per tree level.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from clustersim.hardware_specs.topology import Link
+from clustersim.simulator.cost.collectives import (
+    NVLS_CHANNELS, NVLS_LATENCY_S, NVLS_LOOP_OVERHEAD_S, NVLS_MIN_RANKS, Algorithm,
+    CollectivePlanner, Plan, Protocol,
+)
+
+NVLS_TREE_NET_HOP_US = 14.0
+"""NCCL's hwLat[NET][NVLS_TREE][SIMPLE] (``src/graph/tuning.cc``, 2.19 to 2.26; 20.9 from 2.27):
+one network level of the tree, paid going up and coming down."""
+
+
+NVLS_TREE_CHUNK_BYTES = 128 * 1024
+"""NCCL_NVLS_CHUNKSIZE's default, the NVLSTree chunk on fewer than four nodes (``enqueue.cc``,
+2.19-2.26: ``NCCL_NVLSTREE_MAX_CHUNKSIZE`` defaults to it, or to 64 KiB from four nodes)."""
+
+
+def nvls_tree_chunk_bytes(nbytes: float, per_node: int, nodes: int) -> int:
+    """The chunk NCCL's NVLSTree uses (``enqueue.cc``, ``computeColl``, 2.19-2.26): 128 KiB
+    (64 KiB from four nodes), halved to 64 KiB below 4 and to 32 KiB below 1 loop of the
+    channels' heads."""
+    concurrent = NVLS_CHANNELS * per_node
+    chunk = NVLS_TREE_CHUNK_BYTES if nodes < 4 else 64 * 1024
+    for loops, smaller in ((4, 64 * 1024), (1, 32 * 1024)):
+        if nbytes < loops * concurrent * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
+def nvls_tree_plan(planner: CollectivePlanner, nbytes: float,
+                   instances: tuple[tuple[int, ...], ...]) -> Plan | None:
+    """The NVLSTree plan of an all-reduce over ``instances``, or None where NCCL cannot run it:
+    one node, nodes without NVLink SHARP, or fewer than ``NVLS_MIN_RANKS`` GPUs (or uneven
+    counts) per node."""
+    node = planner.cluster.node
+    nodes = planner.nodes_of(instances[0])
+    counts = {len(m) for m in nodes.values()}
+    if not node.nvls or len(nodes) < 2 or len(counts) != 1:
+        return None
+    per_node = counts.pop()
+    if per_node < NVLS_MIN_RANKS:
+        return None
+    share = (1.0 if len(nodes) == 2 else 2.0) * nbytes / per_node
+    loads: dict[Link, float] = defaultdict(float)
+    topology = planner.topology
+    for group in instances:
+        members = list(planner.nodes_of(group).values())
+        for here, there in zip(members, members[1:] + members[:1]):
+            for src, dst in zip(here, there):
+                for link in topology.path(src, dst):
+                    loads[link] += share
+    levels = math.ceil(math.log2(len(nodes)))
+    loops = math.ceil(nbytes / (NVLS_CHANNELS * per_node
+                                * nvls_tree_chunk_bytes(nbytes, per_node, len(nodes))))
+    latency = (NVLS_LATENCY_S + loops * NVLS_LOOP_OVERHEAD_S
+               + 2 * levels * (NVLS_TREE_NET_HOP_US * 1e-6 + node.nic_latency_s))
+    intra = nbytes / (node.scale_up_bandwidth * node.nvls_efficiency)
+    return Plan(Algorithm.NVLS_TREE, Protocol.SIMPLE, latency, intra, tuple(loads.items()))
