@@ -51,7 +51,7 @@ class NetworkModel:
             candidates = self.planner.plans(kind, nbytes, instances)
             if kind is CollectiveKind.ALL_REDUCE:
                 tree = nvls_tree_plan(self.planner, nbytes, instances)
-                candidates += [tree] if tree is not None else []
+                candidates = candidates + ([tree] if tree is not None else [])
             forced = self.algorithms.get(kind)
             if forced is not None:
                 # NCCL falls back to the ring when the forced algorithm cannot run this
