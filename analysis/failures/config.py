@@ -110,13 +110,31 @@ def _checkpoint(f: Fields, config: RunConfig
         load_time_s=f.quantity("load_time", Quantity.TIME, 0.0, positive=False),
         peer_replicas=f.integer("peer_replicas", 1, minimum=1),
         persist_every=f.integer("persist_every", 10, minimum=1),
+        tolerated_failures=f.integer("tolerated_failures", 1, minimum=1),
     )
     f.done()
+    if setup.policy is CheckpointPolicy.REFT:
+        _check_reft(f, setup, config)
     in_memory = setup.policy is CheckpointPolicy.IN_MEMORY
     if in_memory and setup.peer_replicas >= config.cluster.num_nodes:
         raise SpecError(f.at("peer_replicas"), f"{setup.peer_replicas} needs more than that many "
                         f"nodes; the job has {config.cluster.num_nodes}")
     return setup, interval
+
+
+def _check_reft(f: Fields, setup: CheckpointSetup, config: RunConfig) -> None:
+    """REFT shards over data-parallel peers on other nodes: it needs some, and more of them
+    than the parity tolerates losing."""
+    from clustersim.simulator.longrun.checkpoint_state import sharding_groups
+
+    if config.job.strategy.dp < 2:
+        raise SpecError(f.at("policy"), "reft shards the state over data-parallel peers; it "
+                        f"needs strategy.dp >= 2, the job has dp={config.job.strategy.dp}")
+    group = min(map(len, sharding_groups(config.job, config.cluster)))
+    if setup.tolerated_failures >= group:
+        raise SpecError(f.at("tolerated_failures"), f"{setup.tolerated_failures} must be below "
+                        f"the nodes of a sharding group ({group}: the nodes holding one GPU's "
+                        "data-parallel peers)")
 
 
 _TIMES = {"detection": "detection_s", "drain": "drain_s", "reschedule": "reschedule_s",

@@ -15,7 +15,7 @@ import numpy as np
 
 from clustersim.hardware_specs.failures import DegradationSpec, FailureModel
 from clustersim.simulator import Faults, SimulationOptions, simulate
-from clustersim.simulator.longrun.checkpoint_state import checkpoint_state
+from clustersim.simulator.longrun.checkpoint_state import checkpoint_state, sharding_groups
 from clustersim.simulator.longrun.checkpointing import (
     CheckpointCost, checkpoint_cost, optimal_interval, young_interval,
 )
@@ -178,7 +178,7 @@ def prepare(config: RunConfig, spec: FailureStudySpec) -> Prepared:
     step_s = spec.step_time_s or report.result.step_time_s
     scale = step_s / report.result.step_time_s if report else 1.0
     nodes = cluster.num_nodes
-    cost = checkpoint_cost(spec.checkpoint, checkpoint_state(job), cluster)
+    cost = checkpoint_cost(spec.checkpoint, checkpoint_state(job, cluster), cluster, step_s)
     mtbf = model.job_mtbf_s(nodes)
     young = young_interval(max(cost.blocking_s, 1e-9), mtbf) if math.isfinite(mtbf) else math.inf
     interval = optimal_interval(spec.interval_rule, cost, mtbf,
@@ -208,6 +208,8 @@ def prepare(config: RunConfig, spec: FailureStudySpec) -> Prepared:
         links=degradations.get("links"), replicas_step=replicas_step,
         peer_offset=min(largest_domain, nodes - 1) if nodes > 1 else 1,
         peer_replicas=spec.checkpoint.peer_replicas,
+        sharding_groups=sharding_groups(job, cluster),
+        tolerated_failures=spec.checkpoint.tolerated_failures,
         # A replacement copies its node's share of one replica's full state from a live peer.
         rejoin_transfer_s=cost.state_bytes / max(1, nodes // job.strategy.dp)
         / cluster.node.network_bandwidth)

@@ -44,7 +44,8 @@ def with_policy(prepared: Prepared, policy: CheckpointPolicy) -> Prepared:
     """The same study with another checkpoint policy, at its own Young/Daly interval."""
     setup = replace(prepared.spec.checkpoint, policy=policy)
     config = prepared.config
-    cost = checkpoint_cost(setup, checkpoint_state(config.job), config.cluster)
+    cost = checkpoint_cost(setup, checkpoint_state(config.job, config.cluster), config.cluster,
+                           prepared.plan.step_time_s)
     young = optimal_interval(IntervalRule.YOUNG, cost, prepared.mtbf_s)
     spec = replace(prepared.spec, checkpoint=setup)
     out = replace(prepared, spec=spec, cost=cost, young_interval_s=young,

@@ -13,6 +13,15 @@ CACM 17(9): t = sqrt(2 d M) for checkpoint cost d and mean time between failures
 d/t + t/(2M) (+ R/M for a restart cost R). Daly (2006), "A higher order estimate of the optimum
 checkpoint interval for restart dumps", FGCS 22(3), eq. (37): t = sqrt(2 d M) [1 + sqrt(d/(2M))/3
 + d/(18 M)] - d for d < 2M, else M.
+
+REFT: Wang et al., "Reliable and Efficient In-Memory Fault Tolerance of Large Language Model
+Pretraining" (arXiv 2310.12670, 2023; v2 2024 "Fault-Tolerant Hybrid-Parallel Training at Scale
+with Reliable and Efficient In-memory Checkpointing"). Each data-parallel peer snapshots only its
+1/dp shard of its model-parallel part's parameters and optimizer state to its own host memory,
+while the next forward and backward passes run (the parameters do not change until the optimizer
+step), and protects the shards of a sharding group with parity (erasure coding: RAIM5 in v1):
+a node loss within what the parity tolerates is rebuilt from the peers' host memory, without
+storage. See :func:`reft_snapshot`.
 """
 
 from __future__ import annotations
@@ -37,6 +46,11 @@ class CheckpointPolicy(enum.Enum):
     IN_MEMORY = "in_memory"
     """GEMINI (Wang et al., SOSP'23): snapshot to host memory, replicate it to peer nodes' host
     memory in the background; every n-th checkpoint is also persisted to storage."""
+    REFT = "reft"
+    """REFT (Wang et al., arXiv 2310.12670): each data-parallel peer snapshots its 1/dp shard of
+    the state to host memory while training goes on; parity over the sharding group's nodes
+    survives ``tolerated_failures`` lost nodes per group; every n-th checkpoint is also persisted
+    to storage."""
 
 
 class IntervalRule(enum.Enum):
@@ -98,6 +112,10 @@ class CheckpointState:
     """Weights + optimizer state the fullest GPU holds: what it snapshots to host memory."""
     replica_devices: int
     """GPUs that together hold one full copy (tp x pp x cp): the writers of a sync save."""
+    replicas: int = 1
+    """Data-parallel replicas: the peers REFT shards each model-parallel part's state over."""
+    group_nodes: int = 1
+    """Nodes one GPU's data-parallel peers are spread over (REFT's sharding group)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,13 +133,39 @@ class CheckpointSetup:
     peer_replicas: int = 1
     """In-memory: copies of each node's state on other nodes."""
     persist_every: int = 10
-    """In-memory: every n-th checkpoint also goes to storage."""
+    """In-memory and REFT: every n-th checkpoint also goes to storage."""
+    tolerated_failures: int = 1
+    """REFT: lost nodes per sharding group the parity rebuilds (REFT v1's RAIM5: one)."""
 
 
-def checkpoint_cost(setup: CheckpointSetup, held: CheckpointState,
-                    cluster: ClusterSpec) -> CheckpointCost:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReftSnapshot:
+    """What one REFT snapshot costs a GPU."""
+
+    copy_s: float
+    """Its shard device -> host over its host link."""
+    blocking_s: float
+    """Training time it takes: HBM time the copy engine reads away from kernels, plus any part
+    of the copy the forward and backward passes do not cover."""
+
+
+def reft_snapshot(shard_bytes: float, host_bandwidth: float, hbm_bandwidth: float,
+                  window_s: float) -> ReftSnapshot:
+    """REFT's hierarchical asynchronous snapshot of ``shard_bytes`` per GPU: the copy runs
+    during the ``window_s`` of forward and backward that follow the save point (parameters and
+    optimizer state only change in the optimizer step); it must finish before that step, so the
+    part of the copy longer than the window stalls training. Reading the shard from HBM takes
+    ``shard / HBM bandwidth`` of the kernels' memory time (first order: the copy and the kernels
+    share HBM bandwidth)."""
+    copy = shard_bytes / host_bandwidth
+    return ReftSnapshot(copy_s=copy, blocking_s=shard_bytes / hbm_bandwidth
+                        + max(0.0, copy - window_s))
+
+
+def checkpoint_cost(setup: CheckpointSetup, held: CheckpointState, cluster: ClusterSpec,
+                    step_time_s: float = 0.0) -> CheckpointCost:
     """Pause, background and restore times of ``setup`` for a checkpoint of ``held`` on
-    ``cluster``."""
+    ``cluster`` (``step_time_s``: the training step REFT's snapshot overlaps; 0: none)."""
     state = held.total_bytes
     nodes = cluster.num_nodes
     gpn = cluster.devices_per_node
@@ -145,17 +189,41 @@ def checkpoint_cost(setup: CheckpointSetup, held: CheckpointState,
         background = setup.save_time_s or all_write
         levels = (CheckpointLevel(every=1, background_s=background, load_s=load, durable=True),)
     else:
-        pause = snapshot
         node_state = device_state * gpn
         net = cluster.node.network_bandwidth
-        replicate = setup.peer_replicas * node_state / net
-        peer_load = max(node_state / net, device_state / cluster.node.pcie_bandwidth)
-        levels = (CheckpointLevel(every=1, background_s=replicate, load_s=peer_load,
+        gather = max(node_state / net, device_state / cluster.node.pcie_bandwidth)
+        if policy is CheckpointPolicy.IN_MEMORY:
+            pause = snapshot
+            background = setup.peer_replicas * node_state / net
+            peer_load = gather
+        else:
+            pause, background, peer_load = _reft_times(setup, held, cluster, host_bw, gather,
+                                                       step_time_s)
+        levels = (CheckpointLevel(every=1, background_s=background, load_s=peer_load,
                                   durable=False),
                   CheckpointLevel(every=setup.persist_every,
                                   background_s=setup.save_time_s or all_write, load_s=load,
                                   durable=True))
     return CheckpointCost(policy=policy, state_bytes=state, blocking_s=pause, levels=levels)
+
+
+def _reft_times(setup: CheckpointSetup, held: CheckpointState, cluster: ClusterSpec,
+                host_bw: float, gather_s: float, step_time_s: float
+                ) -> tuple[float, float, float]:
+    """(pause, background, restore) of a REFT snapshot; the window is the whole step (its
+    forward and backward passes are nearly all of it). Background: the copy, then the parity:
+    each node's shards enter ``t`` parity reductions over the group (a pipelined reduce moves
+    each byte once per parity). Restore: a replacement node decodes its lost shards from
+    ``g - t`` surviving blocks each, then every GPU gathers its part's state from its peers'
+    host memory (the in-memory restore's gather)."""
+    shard = held.total_bytes / (held.replica_devices * held.replicas)
+    node_shard = shard * cluster.devices_per_node
+    net = cluster.node.network_bandwidth
+    snap = reft_snapshot(shard, host_bw, cluster.device.memory_bandwidth, step_time_s)
+    t, g = setup.tolerated_failures, max(held.group_nodes, 1)
+    parity = t * node_shard / net
+    decode = max(g - t, 1) * node_shard / net
+    return snap.blocking_s, snap.copy_s + parity, decode + gather_s
 
 
 def young_interval(cost_s: float, mtbf_s: float) -> float:

@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from clustersim.hardware_specs.failures import Hazard
+from clustersim.simulator.longrun.checkpointing import CheckpointPolicy
 from clustersim.simulator.longrun.lifetimes import lifetimes
 from clustersim.simulator.longrun.plan import RunPlan
 
@@ -76,9 +77,15 @@ class Fleet:
 
     def copies_survive(self, replaced: tuple[int, ...], since: float) -> bool:
         """In-memory checkpoints: each replaced node's state lives on a peer (``peer_offset``
-        apart) that is not itself lost and was already there when the copy was made."""
+        apart) that is not itself lost and was already there when the copy was made. REFT: no
+        sharding group misses more nodes than its parity rebuilds (a node installed after the
+        snapshot holds none of it)."""
         plan = self.plan
         lost = set(replaced)
+        if plan.checkpoint.policy is CheckpointPolicy.REFT:
+            return all(sum(1 for n in group if n in lost or self.installed[n] > since)
+                       <= min(plan.tolerated_failures, len(group) - 1)
+                       for group in plan.sharding_groups)
         for n in replaced:
             peers = ((n + j * plan.peer_offset) % plan.nodes
                      for j in range(1, plan.peer_replicas + 1))

@@ -82,6 +82,10 @@ class RunPlan:
     peer_offset: int = 1
     """In-memory checkpoints: node n's copies live on nodes n + k * offset."""
     peer_replicas: int = 1
+    sharding_groups: tuple[tuple[int, ...], ...] = ()
+    """REFT: the nodes whose host memory shares each sharding group's shards and parity."""
+    tolerated_failures: int = 0
+    """REFT: lost nodes per sharding group the parity rebuilds."""
     rejoin_transfer_s: float = 0.0
     """replica_ft: copying a live replica's state into a replacement."""
 

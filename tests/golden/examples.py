@@ -150,6 +150,8 @@ RUNS = (
               args=("failures", "failures_bloom_176b", "--seeds", "200", "--sweep-interval")),
     GoldenRun(example="gpt3_175b_straggler.yaml", summarize=_faulted_step, slow=True,
               args=("simulate", "gpt3_175b_straggler")),
+    GoldenRun(example="failures_reft_gpt3.yaml", summarize=_failures, slow=True,
+              args=("failures", "failures_reft_gpt3", "--seeds", "20", "--sweep-interval")),
     GoldenRun(example="nccl_tests_h100_p5.log", summarize=_collective,
               args=("collective", "--gpu", "h100-sxm", "--gpus", "8",
                     "--against", str(EXAMPLES / "nccl_tests_h100_p5.log"))),
