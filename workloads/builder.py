@@ -82,6 +82,10 @@ class StageBuilder:
         attention, mlp_work = backward.attention, backward.mlp
         if strategy.recompute is Recompute.SELECTIVE:
             attention = recompute.attention + attention
+        elif strategy.recompute is Recompute.MODULES:
+            # Each module reruns just before its own backward.
+            attention = recompute.attention + attention
+            mlp_work = recompute.mlp + mlp_work
         elif strategy.recompute is Recompute.OP:
             # The checkpoint recomputes the whole layer's unsaved work at its first unpack,
             # before the MLP's backward.

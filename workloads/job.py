@@ -54,7 +54,7 @@ class Job:
         """Model FLOPs plus what recomputation adds."""
         t = self.training
         extra = recompute_flops_per_token(self.model, t.seq_len, self.strategy.recompute,
-                                          t.attention)
+                                          t.attention, self.strategy.recompute_modules)
         return self.model_flops_per_step + extra * self.recomputed_fraction * t.tokens_per_step
 
     @property

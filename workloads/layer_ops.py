@@ -36,7 +36,7 @@ from clustersim.workloads.kernels import gemm as _gemm
 from clustersim.workloads.model import LocalAttention, Mlp, Position, TransformerSpec
 from clustersim.workloads.routing import expert_load
 from clustersim.workloads.shards import vocab_rows
-from clustersim.workloads.strategy import Recompute, Strategy
+from clustersim.workloads.strategy import Recompute, RecomputeModule, Strategy
 from clustersim.workloads.training import AttentionKernel, TrainingSpec
 
 
@@ -215,6 +215,12 @@ class LayerOps:
             return self.forward(layer)
         if mode is Recompute.OP:
             return self._op_recompute(layer)
+        if mode is Recompute.MODULES:
+            names = {n for module in self.strategy.recompute_modules
+                     for n in MODULE_KERNELS[module]}
+            fwd = self.forward(layer)
+            return LayerWork(*(tuple(k for k in part if k.name.split(".")[0] in names)
+                               for part in (fwd.attention, fwd.mlp)))
         if mode is Recompute.SELECTIVE and self.training.attention is AttentionKernel.STANDARD:
             return LayerWork(self.attention_core(layer), ())
         return LayerWork((), ())
@@ -373,10 +379,27 @@ def op_saved_matmul_width(model: TransformerSpec) -> int:
     return sum(n for _, n, _ in torchtitan_matmuls(model)[0::2])
 
 
+MODULE_KERNELS = {
+    RecomputeModule.LAYERNORM: ("norm1", "norm2", "q_norm", "kv_norm"),
+    RecomputeModule.MLA_UP_PROJ: ("q_up", "kv_up", "qkv_layout", "rotary"),
+    RecomputeModule.MOE_ACT: ("expert_act",),
+}
+"""Forward kernels each recomputed module reruns (their FP8 casts with them)."""
+
+
+def mla_up_proj_flops_per_token(model: TransformerSpec) -> float:
+    """FLOPs per token and layer of MLA's query and key/value up-projections."""
+    m = model
+    q = m.q_lora_rank * m.heads * m.head_dim if m.q_lora_rank else 0
+    return 2.0 * (q + m.kv_lora_rank * m.heads * (m.qk_nope_head_dim + m.value_head_dim))
+
+
 def recompute_flops_per_token(model: TransformerSpec, seq_len: int, recompute: Recompute,
-                              attention: AttentionKernel) -> float:
+                              attention: AttentionKernel,
+                              modules: tuple[RecomputeModule, ...] = ()) -> float:
     """Extra forward FLOPs per token that recomputation adds (full: every layer's forward;
-    selective with unfused attention: the QK^T and AV products)."""
+    selective with unfused attention: the QK^T and AV products; modules: the MLA
+    up-projections, the other modules being element-wise)."""
     m = model
     if recompute is Recompute.FULL:
         return sum(layer_forward_flops(m, i, seq_len) for i in range(m.layers))
@@ -387,4 +410,6 @@ def recompute_flops_per_token(model: TransformerSpec, seq_len: int, recompute: R
         return gemms + (0.0 if attention.fused else core)
     if recompute is Recompute.SELECTIVE and attention is AttentionKernel.STANDARD:
         return core
+    if recompute is Recompute.MODULES and RecomputeModule.MLA_UP_PROJ in modules:
+        return m.layers * mla_up_proj_flops_per_token(m)
     return 0.0

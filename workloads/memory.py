@@ -29,7 +29,7 @@ from clustersim.workloads.model import Mlp, TransformerSpec
 from clustersim.workloads.shards import ParamKind, Shard, stage_shards, vocab_rows
 from clustersim.workloads.stages import StagePlan, stage_plans
 from clustersim.workloads.strategy import (
-    Offload, Recompute, Schedule, Strategy, Zero3Granularity, micro_batches,
+    Offload, Recompute, RecomputeModule, Schedule, Strategy, Zero3Granularity, micro_batches,
 )
 from clustersim.workloads.training import AttentionKernel, TrainingSpec
 
@@ -113,6 +113,15 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
         whole += 2 * e * per * (m.q_lora_rank + m.kv_lora_rank)
     if moe:        # each token's copy for each of its experts (expert TP keeps rows whole)
         whole += e * per * m.top_k * m.hidden
+    modules = st.recompute_modules if st.recompute is Recompute.MODULES else ()
+    if RecomputeModule.LAYERNORM in modules:   # norm outputs rebuilt from their inputs
+        replicated -= 2 * e * sbh
+        if m.is_mla:
+            whole -= e * per * (m.q_lora_rank + m.kv_lora_rank)
+    if RecomputeModule.MLA_UP_PROJ in modules:  # Q, K and V rebuilt from the latents
+        split -= e * per * (m.q_dim + m.kv_dim + m.v_dim)
+    if RecomputeModule.MOE_ACT in modules and moe:   # the routed experts' fc2 inputs
+        split -= e * per * m.top_k * m.expert_ffn
     core = 0.0
     if t.attention is AttentionKernel.STANDARD and st.recompute is Recompute.NONE:
         scores = per * m.heads * t.seq_len    # b a s_local s

@@ -60,6 +60,23 @@ class Recompute(enum.Enum):
     in forward order: q, v, and w1 and w2 of a gated MLP) and recomputes the rest (the k and
     output projections, w3, every element-wise op) before its backward
     (torchtitan ``_apply_ac_to_transformer_block``, "except every second mm")."""
+    MODULES = "modules"
+    """Recompute the modules ``recompute_modules`` names in backward and store none of their
+    outputs (Megatron-Core ``--recompute-granularity selective --recompute-modules``; the
+    DeepSeek-V3 report, arXiv 2412.19437 sec. 3.2.3, recomputes every RMSNorm and the MLA
+    up-projections)."""
+
+
+class RecomputeModule(enum.Enum):
+    """What ``recompute: modules`` recomputes (Megatron-Core's module names)."""
+
+    LAYERNORM = "layernorm"
+    """Every norm of a layer (RMSNorm or LayerNorm, MLA's latent norms included)."""
+    MLA_UP_PROJ = "mla_up_proj"
+    """MLA's query and key/value up-projections, their layout and rotary embedding: the
+    queries, keys and values attention reads are rebuilt from the stored latents."""
+    MOE_ACT = "moe_act"
+    """The routed experts' activation function (the input of their second GEMM)."""
 
 
 class Offload(enum.Enum):
@@ -107,6 +124,12 @@ def _prefetch(f: Fields) -> Zero3Prefetch:
                     f"expected true, false or one of {'|'.join(names)}, got {value!r}")
 
 
+def _recompute_modules(f: Fields) -> tuple[RecomputeModule, ...]:
+    """A list of :class:`RecomputeModule` names; a bad entry is named by its index."""
+    entries = Fields(dict(enumerate(f.items("recompute_modules", []))), f.at("recompute_modules"))
+    return tuple(entries.choice(i, RecomputeModule) for i in range(len(entries.data)))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Strategy:
     """Parallel degrees and the options that change what each device computes, stores and sends."""
@@ -144,6 +167,8 @@ class Strategy:
     """With full recompute, how many layers of each model chunk recompute (Megatron's
     ``--recompute-method block --recompute-num-layers``); the others keep their activations.
     0: every layer."""
+    recompute_modules: tuple[RecomputeModule, ...] = ()
+    """With ``recompute: modules``, which modules recompute."""
     zero: int = 0
     """ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also parameters (FSDP)."""
     offload: Offload = Offload.NONE
@@ -231,7 +256,8 @@ class Strategy:
                 "moe_a2a_overlap": self.moe_a2a_overlap,
                 "sequence_parallel": self.sequence_parallel, "schedule": self.schedule.value,
                 "virtual_stages": self.virtual_stages, "recompute": self.recompute.value,
-                "recompute_layers": self.recompute_layers, "zero": self.zero,
+                "recompute_layers": self.recompute_layers,
+                "recompute_modules": [m.value for m in self.recompute_modules], "zero": self.zero,
                 "offload": self.offload.value, "offload_tier": self.offload_tier,
                 "layers_per_stage": list(self.layers_per_stage),
                 "replica_batch": list(self.replica_batch),
@@ -263,6 +289,7 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
         virtual_stages=f.integer("virtual_stages", 1, minimum=1),
         recompute=f.choice("recompute", Recompute, Recompute.NONE),
         recompute_layers=f.integer("recompute_layers", 0, minimum=0),
+        recompute_modules=_recompute_modules(f),
         zero=f.integer("zero", 0, minimum=0),
         offload=f.choice("offload", Offload, Offload.NONE),
         offload_tier=f.text("offload_tier", ""),
@@ -349,6 +376,23 @@ def _check_op_recompute(s: Strategy, model: TransformerSpec, path: str) -> None:
     if s.tp > 1:
         raise SpecError(f"{path}.recompute", f"op is modelled without tensor parallelism "
                         f"(tp = 1), got tp = {s.tp}")
+
+
+def _check_module_recompute(s: Strategy, model: TransformerSpec, path: str) -> None:
+    """``recompute_modules`` goes with ``recompute: modules``, and each module must exist."""
+    field = f"{path}.recompute_modules"
+    if s.recompute is not Recompute.MODULES:
+        if s.recompute_modules:
+            raise SpecError(field, f"needs recompute: modules, got {s.recompute.value}")
+        return
+    if not s.recompute_modules:
+        raise SpecError(field, "recompute: modules needs a list of modules, some of "
+                        f"{', '.join(m.value for m in RecomputeModule)}")
+    if RecomputeModule.MLA_UP_PROJ in s.recompute_modules and not model.is_mla:
+        raise SpecError(field, "mla_up_proj needs multi-head latent attention "
+                        "(model.kv_lora_rank)")
+    if RecomputeModule.MOE_ACT in s.recompute_modules and not model.is_moe:
+        raise SpecError(field, "moe_act needs a mixture-of-experts model")
 
 
 def _check_dualpipe(s: Strategy, model: TransformerSpec, micro: int, path: str) -> None:
@@ -462,6 +506,7 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
                         "between expert-parallel ranks and needs ep > 1")
     _check_a2a_overlap(s, path)
     _check_op_recompute(s, model, path)
+    _check_module_recompute(s, model, path)
     if s.schedule is Schedule.DUALPIPE:
         _check_dualpipe(s, model, micro_batches(training, s), path)
     if s.virtual_stages > 1 and s.schedule is not Schedule.INTERLEAVED:

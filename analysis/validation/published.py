@@ -8,7 +8,8 @@ zero3_granularity, zero3_prefetch, tp_comm_overlap, overlap_param_gather, fp8_re
 fp8_param_gather (absent: the software of the source's date, see ``software_of``; overlaps off;
 delayed FP8 scaling with 16-bit weights), ep_dispatcher (absent: alltoall), etp
 (absent: tp), cp_algorithm and cp_a2a (absent: ring), schedule (absent: 1f1b, or interleaved
-with virtual_stages > 1), moe_a2a_overlap (absent: false), and ``model``: a preset or bundled
+with virtual_stages > 1), moe_a2a_overlap (absent: false), recompute_modules (with recompute
+``modules``: Megatron-Core's module names separated by spaces), and ``model``: a preset or bundled
 Hugging Face config (MoE, MLA) that replaces the architecture columns. An empty micro_batch means 1. Rows whose
 config does not fit in memory are reported apart; rows that cannot be mapped (unknown GPU, an
 impossible strategy) are listed with the reason.
@@ -174,6 +175,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "cp_algorithm": _cell(row, "cp_algorithm", "ring"), "cp_a2a": _int(row, "cp_a2a", 0),
         "zero": _int(row, "zero", 0), "recompute": _cell(row, "recompute", "none"),
         "recompute_layers": _int(row, "recompute_layers", 0),
+        "recompute_modules": _cell(row, "recompute_modules").split(),
         "virtual_stages": v,
         "schedule": _cell(row, "schedule", "interleaved" if v > 1 else "1f1b"),
         **{k: software[k] for k in ("zero3_granularity", "zero3_prefetch") if k in software},

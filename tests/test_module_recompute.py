@@ -1,0 +1,82 @@
+"""Module recompute (``recompute: modules``; Megatron-Core ``--recompute-modules``, the DeepSeek-V3
+report's recompute of every RMSNorm and the MLA up-projections, arXiv 2412.19437 sec. 3.2.3):
+the backward reruns exactly those kernels, their outputs leave the stored activations, and the
+FLOP count adds the up-projections' GEMMs."""
+
+import pytest
+
+from clustersim.hardware_specs import OpClass, SpecError
+from clustersim.workloads import Job, Strategy, TrainingSpec
+from clustersim.workloads.layer_ops import LayerOps, mla_up_proj_flops_per_token
+from clustersim.workloads.memory import layer_activation_bytes
+from clustersim.workloads.model import from_mapping
+from clustersim.workloads.strategy import Recompute, RecomputeModule, strategy_from_mapping
+
+SMALL_DEEPSEEK = {"name": "small-deepseek", "layers": 4, "hidden": 512, "heads": 8, "vocab": 1024,
+                  "mlp": "swiglu", "ffn_hidden": 1536, "num_experts": 16, "top_k": 4,
+                  "moe_ffn_hidden": 256, "shared_experts": 1, "first_dense_layers": 1,
+                  "kv_lora_rank": 128, "q_lora_rank": 192, "head_dim": 96,
+                  "qk_rope_head_dim": 32, "v_head_dim": 64}
+NORM, UP, ACT = RecomputeModule.LAYERNORM, RecomputeModule.MLA_UP_PROJ, RecomputeModule.MOE_ACT
+TRAINING = TrainingSpec(seq_len=1024, global_batch=8)
+
+
+def _strategy(*modules: RecomputeModule) -> Strategy:
+    if not modules:
+        return Strategy(dp=8, ep=8)
+    return Strategy(dp=8, ep=8, recompute=Recompute.MODULES, recompute_modules=modules)
+
+
+def _job(*modules: RecomputeModule) -> Job:
+    return Job(from_mapping(SMALL_DEEPSEEK), TRAINING, _strategy(*modules)).checked(8)
+
+
+def test_the_backward_reruns_the_named_modules_kernels_only():
+    job = _job(NORM, UP, ACT)
+    work = LayerOps(job.model, job.training, job.strategy).recompute(3)
+    assert [k.name for k in work.attention] == ["norm1", "q_norm", "q_up", "kv_norm", "kv_up",
+                                                "qkv_layout", "rotary"]
+    assert [k.name for k in work.mlp] == ["norm2", "expert_act"]
+    # The two up-projection GEMMs are the recompute's FLOPs, as the model's count says.
+    gemm_flops = sum(k.flops for k in work.attention if k.op_class is OpClass.MATMUL)
+    tokens = TRAINING.micro_batch * TRAINING.seq_len
+    assert gemm_flops == pytest.approx(mla_up_proj_flops_per_token(job.model) * tokens)
+    plain = _job()
+    assert job.hardware_flops_per_step - plain.hardware_flops_per_step == pytest.approx(
+        mla_up_proj_flops_per_token(job.model) * job.model.layers * TRAINING.tokens_per_step)
+
+
+def test_recomputed_outputs_leave_the_stored_activations():
+    m, e = from_mapping(SMALL_DEEPSEEK), TRAINING.precision.activation_bytes
+    tokens = TRAINING.micro_batch * TRAINING.seq_len
+
+    def saved(*modules):
+        return (layer_activation_bytes(m, TRAINING, _strategy(), 3)
+                - layer_activation_bytes(m, TRAINING, _strategy(*modules), 3))
+    # RMSNorm outputs: the QKV-down and router inputs, and the two latents' normed copies.
+    assert saved(NORM) == pytest.approx(e * tokens * (2 * m.hidden + m.q_lora_rank
+                                                      + m.kv_lora_rank))
+    # Q, K and V that attention reads, rebuilt from the latents.
+    assert saved(UP) == pytest.approx(e * tokens * (m.q_dim + m.kv_dim + m.v_dim))
+    # Each routed copy's fc2 input.
+    assert saved(ACT) == pytest.approx(e * tokens * m.top_k * m.expert_ffn)
+    assert saved(NORM, UP, ACT) == pytest.approx(saved(NORM) + saved(UP) + saved(ACT))
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"recompute_modules": ["layernorm"]}, "needs recompute: modules"),
+    ({"recompute": "modules"}, "needs a list of modules"),
+    ({"recompute": "modules", "recompute_modules": ["attention"]}, "recompute_modules\\[0\\]"),
+])
+def test_bad_module_lists_are_named(data, message):
+    with pytest.raises(SpecError, match=message):
+        Job(from_mapping(SMALL_DEEPSEEK), TRAINING,
+            strategy_from_mapping({"dp": 8, "ep": 8, **data})).checked(8)
+
+
+def test_mla_up_proj_needs_latent_attention():
+    dense = {k: v for k, v in SMALL_DEEPSEEK.items()
+             if k not in ("kv_lora_rank", "q_lora_rank", "head_dim", "qk_rope_head_dim",
+                          "v_head_dim")}
+    with pytest.raises(SpecError, match="strategy.recompute_modules: mla_up_proj needs"):
+        Job(from_mapping(dense), TRAINING, _strategy(UP)).checked(8)
