@@ -57,7 +57,7 @@ class StepReport:
                 out["peak_memory_gib"] = value * 1e9 / GIB
         out["memory"] = [{"stage": s.stage, "layers": s.layers, **s.memory.to_dict(),
                           "offloaded": s.offloaded_bytes} for s in self.memory]
-        out["memory_capacity_bytes"] = cluster.device.memory_bytes
+        out["memory_capacity_bytes"] = cluster.smallest_memory_bytes
         return out
 
 
@@ -135,7 +135,7 @@ class CnnStepReport(StepReport):
         out["peak_memory_gib"] = self.result.peak_memory_gb * 1e9 / GIB
         out["memory"] = [{"stage": s.stage, "layers": s.layers, **s.memory.to_dict(),
                           "offloaded": s.offloaded_bytes} for s in self.memory]
-        out["memory_capacity_bytes"] = cluster.device.memory_bytes
+        out["memory_capacity_bytes"] = cluster.smallest_memory_bytes
         return out
 
 

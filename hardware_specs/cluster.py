@@ -81,6 +81,11 @@ class ClusterSpec:
         g = self.device_groups[index]
         return replace(self, device=g.device, node=g.node, groups=())
 
+    @property
+    def smallest_memory_bytes(self) -> float:
+        """Memory of the smallest device: what a program that may run on any of them has."""
+        return min(g.device.memory_bytes for g in self.device_groups)
+
     def mean_peak_flops(self, dtype) -> float:
         """Dense peak of the average device (MFU's denominator on a mixed cluster)."""
         return sum(g.device.flops(dtype) * g.num_devices

@@ -13,7 +13,7 @@ from clustersim.workloads.memory import GIB
 
 def memory_table(report: StepReport) -> str:
     cluster = report.config.cluster
-    cap = min(g.device.memory_bytes for g in cluster.device_groups)
+    cap = cluster.smallest_memory_bytes
     rows = []
     for s in report.memory:
         mem = s.memory

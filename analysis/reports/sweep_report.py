@@ -182,7 +182,7 @@ def build_report(run_dir: str | Path, out: str | Path) -> list[Path]:
     doc.figure("breakdown", plots.breakdown_bars(top.to_dict("records"), labels),
                f"Step-time breakdown of the {len(top)} fastest strategies")
     best_sections(doc, best, trace)
-    pareto_section(doc, frame, config.cluster.device.memory_bytes / plots.GIB)
+    pareto_section(doc, frame, config.cluster.smallest_memory_bytes / plots.GIB)
     doc.heading("Energy and cost per token")
     priced = frame.attrs.get("priced", False)
     doc.paragraph("Energy = cluster power (GPU TDP unless the config's costs section gives "

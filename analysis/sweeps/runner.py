@@ -143,7 +143,7 @@ def run_sweep(loaded: LoadedConfig, out: str | Path, *, workers: int = 1,
     store = RunStore(out)
     store.open(manifest(config, loaded.raw, space.to_dict(), run_seed(config)), loaded.raw)
     candidates = enumerate_space(config.job, config.cluster.num_devices,
-                                 config.cluster.device.memory_bytes, space)
+                                 config.cluster.smallest_memory_bytes, space)
     store.write_candidates([candidate_row(c) for c in candidates])
     store.repair()
     done = store.read_points()
