@@ -223,7 +223,9 @@ def run_faulted_step(config: RunConfig, faults: StepFaults,
     section = simulation_section(config)
     options = section.options
     if limit and section.limit:
-        check_budget(2 * layer_passes(config.job, options.expand), LAYER_PASS_BUDGET,
+        check_budget(2 * layer_passes(config.job,
+                                      options.one_class_per_rank(config.cluster.device)),
+                     LAYER_PASS_BUDGET,
                      "the step's layer passes (micro-batches x layers x cp), healthy and faulted",
                      "--no-limit (or simulation.limit: false)")
     trace = build_trace(config.job)

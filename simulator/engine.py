@@ -35,7 +35,7 @@ from clustersim.simulator.cost.memory import MemoryModel
 from clustersim.simulator.cost.network import NetworkModel
 from clustersim.simulator.flows import FlowNetwork
 from clustersim.simulator.interference import DeviceActivity, Interference
-from clustersim.simulator.lanes import LaneReplay, Unsupported
+from clustersim.simulator.lanes import LaneReplay, Unsupported, lane_classes
 from clustersim.simulator.records import ClassTimeline, OpRecord, Replay
 from clustersim.simulator.result import StepResult, charged_axis
 from clustersim.simulator.streams import stream_runs
@@ -106,13 +106,6 @@ class Faults:
         return (self.compute_slowdown.get(rank, 1.0), self.link_slowdown.get(rank, 1.0),
                 self.nic_slowdown.get(rank, 1.0), self.nvlink_slowdown.get(rank, 1.0),
                 self.launch_overhead_s.get(rank, 0.0), self.input_stall_s.get(rank, 0.0))
-
-    @property
-    def lanes_follow(self) -> bool:
-        """Whether an expanded run's lanes (``lanes.py``) can follow these faults: they stretch
-        compute and whole transfers only, not one part of a transfer, launches or input."""
-        return not (self.nic_slowdown or self.nvlink_slowdown or self.launch_overhead_s
-                    or self.input_stall_s)
 
     def ranks(self) -> set[int]:
         return (set(self.compute_slowdown) | set(self.link_slowdown) | set(self.nic_slowdown)
@@ -227,30 +220,32 @@ class StepSimulation:
         self._times: dict[int, tuple[Plan, float]] = {}
         """id(plan) -> (plan, its uncontended time): a plan's time walks its link loads."""
         self.lanes: LaneReplay | None = None
-        if (options.expand and lanes and not cluster.groups and faults.lanes_follow
-                and not options.one_class_per_rank(cluster.device)):
-            self.classes, self.class_of = rank_classes(trace)
+        if options.expand and lanes and not options.one_class_per_rank(cluster.device):
+            self.classes, self.class_of = lane_classes(trace, self._conditions())
             try:
                 self.lanes = LaneReplay(
-                    trace, self.classes, self.class_of, compute=self.compute,
-                    network=self.network, memory=self.memory, env=self.env, flows=self.flows,
-                    compute_slowdown=faults.compute_slowdown,
-                    link_slowdown=faults.link_slowdown, device_of=self.device_of,
-                    record=options.record)
+                    trace, self.classes, self.class_of, computes=self.computes,
+                    device_group=cluster.group_of_rank, network=self.network,
+                    memory=self.memory, env=self.env, flows=self.flows, faults=faults,
+                    device_of=self.device_of, record=options.record)
             except Unsupported:  # ranks of a class meet different classes: one class per rank
                 self.lanes = None
         if self.lanes is None:
             self._class_states(expand=options.expand)
 
+    def _conditions(self) -> dict[int, tuple]:
+        """rank -> what sets it apart: its faults and, on a mixed cluster, its device group (its
+        ranks compute at their own device's rates, so they form classes of their own)."""
+        faults, cluster = self.faults, self.cluster
+        group = cluster.group_of_rank if cluster.groups else (lambda rank: 0)
+        ranks = range(self.trace.world_size) if cluster.groups else sorted(faults.ranks())
+        return {r: (group(r),) + faults.condition(r) for r in ranks}
+
     def _class_states(self, expand: bool) -> None:
         """One state per rank class (per rank when ``expand``)."""
         faults, cluster = self.faults, self.cluster
-        # A device group is a condition like a straggler's: its ranks compute at their own
-        # device's rates, so they form classes of their own.
         group = cluster.group_of_rank if cluster.groups else (lambda rank: 0)
-        ranks = range(self.trace.world_size) if cluster.groups else sorted(faults.ranks())
-        conditions = {r: (group(r),) + faults.condition(r) for r in ranks}
-        self.classes, self.class_of = rank_classes(self.trace, conditions, expand=expand)
+        self.classes, self.class_of = rank_classes(self.trace, self._conditions(), expand=expand)
         self.states = [
             _ClassState(c, self.trace.programs[c.program].ops, faults.condition(c.representative),
                         self.interference, self.computes[group(c.representative)])

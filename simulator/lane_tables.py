@@ -55,14 +55,16 @@ class LaneMap:
     lane_of: np.ndarray
     ranks: tuple[np.ndarray, ...]
     """Each class's ranks, in lane order."""
-    link_slow: np.ndarray | None
-    """rank -> factor on its communication time (None: every link healthy)."""
+    net_slow: np.ndarray | None
+    """rank -> factor on the network (scale-out) part of its transfers (None: all healthy)."""
+    intra_slow: np.ndarray | None
+    """rank -> factor on the scale-up (NVLink) part of its transfers (None: all healthy)."""
 
-    def factor(self, members: np.ndarray) -> Lanes:
-        """The slowest link of each row of ``members`` (ranks)."""
-        if self.link_slow is None:
-            return 1.0
-        return settle(self.link_slow[members].max(axis=1))
+    def factor(self, members: np.ndarray) -> tuple[Lanes, Lanes]:
+        """(network, scale-up) stretch of each row of ``members`` (ranks): its slowest
+        member's."""
+        return tuple(1.0 if slow is None else settle(slow[members].max(axis=1))
+                     for slow in (self.net_slow, self.intra_slow))
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -79,8 +81,8 @@ class CollectiveTable:
     """class -> the group (row) of each of its lanes."""
     instances: Instances
     """The groups as devices, for the network plan (sorted by group index, as collapsed)."""
-    link_factor: Lanes
-    """Per group: the slowest link of its members."""
+    link_factor: tuple[Lanes, Lanes]
+    """Per group, (network, scale-up): the slowest links of its members."""
 
     def start(self, arrived: Mapping[int, Lanes]) -> Lanes:
         """Per group: when its last member arrived."""
@@ -144,7 +146,7 @@ class PairTable:
     src_ranks: np.ndarray
     dst_ranks: np.ndarray
     """The ranks of each pair."""
-    link_factor: Lanes
+    link_factor: tuple[Lanes, Lanes]
 
     def start(self, send_posted: Lanes, recv_posted: Lanes) -> Lanes:
         """Per pair: when both sides had posted."""

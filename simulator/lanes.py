@@ -6,14 +6,18 @@ op; instead the ranks of one class (one program: a pipeline stage) run as *lanes
 process per stream, as the collapsed engine's classes do, and each op carries one time per lane:
 
 - an op is ready on a lane when its deps and its stream predecessor are done on that lane;
-- a compute op takes its time times that lane's straggler factor;
+- a compute op takes its time on that lane's device (mixed clusters) times its straggler factor,
+  and no less than its kernels' launches on a slow host; late input delays the compute stream;
 - a collective's group starts when its last member arrives (a gather and a max per group, over
-  every class that meets in it) and takes the network model's time, stretched by the slowest link
-  of the group; a send and its recv start when both have posted.
+  every class that meets in it) and takes the network model's time, its network and NVLink parts
+  stretched by the slowest NIC and NVLink of the group; a send and its recv start when both have
+  posted.
 
 Times stay floats while every lane agrees (``lane_tables.settle``), so without faults the replay
-is the collapsed one, event for event and bit for bit. When lanes differ, the process's clock
-follows its latest lane. Under the analytic network model every transfer's time depends only on
+is the collapsed one, event for event and bit for bit. With a few faulted ranks the classes are
+the collapsed run's split (``lane_classes``), whose ranks never differ: the replay is the collapsed
+split's. With many (every rank its own factor) the classes are the programs, and when lanes
+differ, the process's clock follows its latest lane. Under the analytic network model every transfer's time depends only on
 its own group, and the lane times are those of the per-rank replay. Under the flow model a class's
 transfer shares the links once, at its latest lane, and every group of it is charged the same
 contention delay on top of its own time alone: exact when the class's groups start together (no
@@ -26,11 +30,12 @@ only for the slowest rank of each class (its timeline gives the class's breakdow
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
-from clustersim.simulator.classes import RankClass
+from clustersim.simulator.classes import RankClass, rank_classes
 from clustersim.simulator.cost.collectives import COPY_KERNEL_S, Plan
 from clustersim.simulator.cost.interfaces import ComputeCost, MemoryCost, NetworkCost
 from clustersim.simulator.flows import FlowNetwork
@@ -42,10 +47,29 @@ from clustersim.simulator.records import ClassTimeline, OpRecord, Replay
 from clustersim.simulator.result import charged_axis
 from clustersim.simulator.streams import stream_runs
 from clustersim.workloads.trace import (
-    CollectiveOp, ComputeOp, CopyOp, MemoryOp, Op, RecvOp, SendOp, Trace,
+    CollectiveOp, ComputeOp, CopyOp, MemoryOp, Op, RecvOp, SendOp, Stream, Trace,
 )
 
-__all__ = ["LaneReplay", "Unsupported"]
+if TYPE_CHECKING:
+    from clustersim.simulator.engine import Faults
+
+__all__ = ["LaneReplay", "Unsupported", "lane_classes"]
+
+SPLIT_PER_PROGRAM = 16
+"""Fault-split classes per program up to which the lanes are those classes' ranks (exact: the
+ranks of one keep one clock; the cost of the collapsed run with the same faults, up to this many
+times the healthy run's events)."""
+
+
+def lane_classes(trace: Trace, conditions: Mapping[int, object]
+                 ) -> tuple[tuple[RankClass, ...], np.ndarray]:
+    """The classes whose ranks run as lanes: the collapsed run's split by ``conditions`` while it
+    stays within :data:`SPLIT_PER_PROGRAM` classes per program, else one class per program (many
+    ranks each with faults of their own: as many events as the healthy run)."""
+    split = rank_classes(trace, conditions)
+    if len(split[0]) <= SPLIT_PER_PROGRAM * len(trace.programs):
+        return split
+    return rank_classes(trace)
 
 
 class _Meeting:
@@ -60,10 +84,18 @@ class _Meeting:
 class _LaneClass:
     """Run-time state of one class: per op, its lanes' end times."""
 
-    __slots__ = ("cls", "ops", "end", "done", "previous", "waiters", "seq", "slow", "send_posted")
+    __slots__ = ("cls", "ops", "end", "done", "previous", "waiters", "seq", "slow", "launch_s",
+                 "stall_s", "first_compute", "computes", "device_group", "send_posted")
 
-    def __init__(self, cls: RankClass, ops: tuple[Op, ...], slow: Lanes):
+    def __init__(self, cls: RankClass, ops: tuple[Op, ...], slow: Lanes, launch_s: Lanes,
+                 stall_s: Lanes, computes: tuple[ComputeCost, ...], device_group: Lanes):
         self.cls, self.ops, self.slow = cls, ops, slow
+        self.launch_s, self.stall_s = launch_s, stall_s
+        """Host seconds per kernel launch; how late the step's input arrives."""
+        self.first_compute = -1
+        """The first op of the compute stream (it waits for the input)."""
+        self.computes, self.device_group = computes, device_group
+        """Compute model per device group, and each lane's group (a float while they agree)."""
         self.end: list[Lanes] = [0.0] * len(ops)
         self.done = [False] * len(ops)
         self.previous = [-1] * len(ops)
@@ -76,25 +108,39 @@ class LaneReplay:
     """One expanded replay (see the module docstring); :meth:`replay` gives its records."""
 
     def __init__(self, trace: Trace, classes: tuple[RankClass, ...], class_of: np.ndarray, *,
-                 compute: ComputeCost, network: NetworkCost, memory: MemoryCost,
-                 env: simpy.Environment, flows: FlowNetwork | None,
-                 compute_slowdown: Mapping[int, float], link_slowdown: Mapping[int, float],
-                 device_of: Callable[[int], int], record: bool):
-        """``flows`` None: the analytic network model. Raises :class:`Unsupported` at once for a
+                 computes: tuple[ComputeCost, ...], device_group: Callable[[int], int],
+                 network: NetworkCost, memory: MemoryCost, env: simpy.Environment,
+                 flows: FlowNetwork | None, faults: Faults, device_of: Callable[[int], int],
+                 record: bool):
+        """``computes``: one compute model per device group, ``device_group``: a rank's group;
+        ``flows`` None: the analytic network model. Raises :class:`Unsupported` at once for a
         trace whose ranks of one class meet different classes at one op."""
         self.trace, self.classes, self.class_of = trace, classes, class_of
-        self.compute, self.network, self.memory = compute, network, memory
+        self.network, self.memory = network, memory
         self.device_of, self.record = device_of, record
         self.env, self.flows = env, flows
-        lane_of = np.empty(trace.world_size, dtype=np.int64)
+        world = trace.world_size
+        lane_of = np.empty(world, dtype=np.int64)
         ranks = tuple(np.array(c.ranks, dtype=np.int64) for c in classes)
         for members in ranks:
             lane_of[members] = np.arange(len(members))
-        self.lanes = LaneMap(class_of, lane_of, ranks, _per_rank(link_slowdown, trace.world_size))
-        straggle = _per_rank(compute_slowdown, trace.world_size)
+        link = _per_rank(faults.link_slowdown, world, 1.0)
+        self.lanes = LaneMap(class_of, lane_of, ranks,
+                             _slowest(link, _per_rank(faults.nic_slowdown, world, 1.0)),
+                             _slowest(link, _per_rank(faults.nvlink_slowdown, world, 1.0)))
+        straggle = _per_rank(faults.compute_slowdown, world, 1.0)
+        launch = _per_rank(faults.launch_overhead_s, world, 0.0)
+        stall = _per_rank(faults.input_stall_s, world, 0.0)
+        groups = (np.array([device_group(r) for r in range(world)], dtype=np.float64)
+                  if len(computes) > 1 else None)
+
+        def lanes_of(per_rank: np.ndarray | None, members: np.ndarray, default: float) -> Lanes:
+            return default if per_rank is None else settle(per_rank[members])
+
         self.states = [
-            _LaneClass(c, trace.programs[c.program].ops,
-                       1.0 if straggle is None else settle(straggle[ranks[c.index]]))
+            _LaneClass(c, trace.programs[c.program].ops, lanes_of(straggle, ranks[c.index], 1.0),
+                       lanes_of(launch, ranks[c.index], 0.0), lanes_of(stall, ranks[c.index], 0.0),
+                       computes, lanes_of(groups, ranks[c.index], 0.0))
             for c in classes]
         self.meetings: dict[tuple, _Meeting] = {}
         self._tables: dict[tuple, CollectiveTable | PairTable] = {}
@@ -140,7 +186,7 @@ class LaneReplay:
                 yield ev
         ready = self._ready(st, op.id)
         if isinstance(op, ComputeOp):
-            end = yield from self._run_for(ready, self.compute.op_time(op) * st.slow)
+            end = yield from self._run_for(ready, self._busy(st, op))
         elif isinstance(op, CollectiveOp):
             end = yield from self._collective(st, op, ready)
         elif isinstance(op, (SendOp, RecvOp)):
@@ -159,7 +205,26 @@ class LaneReplay:
         before = [st.end[d] for d in st.ops[op_id].deps]
         if st.previous[op_id] >= 0:
             before.append(st.end[st.previous[op_id]])
+        if op_id == st.first_compute and not (isinstance(st.stall_s, float) and not st.stall_s):
+            before.append(st.stall_s)    # the step's input is late
         return latest(before)
+
+    def _busy(self, st: _LaneClass, op: ComputeOp) -> Lanes:
+        """Each lane's time for ``op``: its device's, times its straggler factor, and no less
+        than its kernels' launches on a slow host."""
+        group = st.device_group
+        if isinstance(group, float):
+            busy = st.computes[int(group)].op_time(op) * st.slow
+        else:
+            alone = np.array([c.op_time(op) for c in st.computes])
+            busy = alone[group.astype(np.int64)] * st.slow
+        launch = st.launch_s
+        if isinstance(launch, float) and not launch:
+            return busy
+        floor = len(op.kernels) * launch
+        if isinstance(busy, float) and isinstance(floor, float):
+            return max(busy, floor)
+        return settle(np.maximum(busy, floor))
 
     def _run_for(self, ready: Lanes, duration: Lanes):
         """Lanes busy from ``ready`` for ``duration``; the process wakes at the latest end."""
@@ -250,29 +315,33 @@ class LaneReplay:
             hit = self._plan_times[id(plan)] = (plan, plan.time(self.network.topology))
         return hit[1]
 
-    def _alone(self, plan: Plan, factor: np.ndarray, extra_s: float) -> np.ndarray:
-        """Per group: the plan's time alone, stretched by the group's own link factor."""
-        values, inverse = np.unique(factor, return_inverse=True)
+    def _alone(self, plan: Plan, factor: tuple[Lanes, Lanes], extra_s: float) -> np.ndarray:
+        """Per group: the plan's time alone, stretched by the group's own (network, scale-up)
+        link factors."""
+        size = max(np.size(f) for f in factor)
+        pairs = np.stack([np.broadcast_to(f, size) for f in factor], axis=1)
+        values, inverse = np.unique(pairs, axis=0, return_inverse=True)
         topology = self.network.topology
-        times = np.array([(plan.scaled(f).time(topology) if f != 1.0 else self._time(plan))
-                          + extra_s for f in values.tolist()])
+        times = np.array([(plan.scaled(net, intra).time(topology)
+                           if net != 1.0 or intra != 1.0 else self._time(plan)) + extra_s
+                          for net, intra in values.tolist()])
         return times[inverse.reshape(-1)]
 
-    def _transfer(self, plan: Plan, factor: Lanes, start: Lanes, extra_s: float):
+    def _transfer(self, plan: Plan, factor: tuple[Lanes, Lanes], start: Lanes, extra_s: float):
         """Per group: when ``plan`` ends for groups that start at ``start`` (see the module
         docstring for how contention is charged when they do not all start together)."""
         env = self.env
         now = env.now
-        top = factor if isinstance(factor, float) else float(np.max(factor))
-        scaled = plan.scaled(top) if top != 1.0 else plan
-        together = isinstance(factor, float) and isinstance(start, float)
+        net, intra = (f if isinstance(f, float) else float(np.max(f)) for f in factor)
+        scaled = plan.scaled(net, intra) if net != 1.0 or intra != 1.0 else plan
+        uniform = all(isinstance(f, float) for f in factor)
+        together = uniform and isinstance(start, float)
         if self.flows is None or not scaled.loads:
             alone = self._time(scaled) + extra_s
             if together:
                 yield env.timeout(alone if start == now else max(start + alone - now, 0.0))
                 return start + alone
-            end = settle(start + (alone if isinstance(factor, float)
-                                  else self._alone(plan, factor, extra_s)))
+            end = settle(start + (alone if uniform else self._alone(plan, factor, extra_s)))
             yield env.timeout(max(float(np.max(end)) - now, 0.0))
             return end
         yield self.flows.transfer(scaled.loads)
@@ -280,7 +349,7 @@ class LaneReplay:
         yield env.timeout(scaled.latency_s + max(scaled.intra_s, elapsed) - elapsed + extra_s)
         if together:
             return env.now + (start - now)
-        own = 0.0 if isinstance(factor, float) else (
+        own = 0.0 if uniform else (
             self._alone(plan, factor, extra_s) - (self._time(scaled) + extra_s))
         return settle(env.now + ((start - now) + own))
 
@@ -289,6 +358,8 @@ class LaneReplay:
         """Create the processes in the environment (which the caller runs)."""
         for st in self.states:
             for ops in stream_runs(st.ops, st.previous):
+                if ops[0].stream is Stream.COMPUTE:
+                    st.first_compute = ops[0].id
                 self.env.process(self._stream(st, ops))
 
     def finished(self, events: int, wall_time_s: float) -> Replay:
@@ -319,6 +390,8 @@ class LaneReplay:
             before = [end[d] for d in op.deps]
             if st.previous[op.id] >= 0:
                 before.append(end[st.previous[op.id]])
+            if op.id == st.first_compute:
+                before.append(at(st.stall_s))
             ready.append(max(before, default=0.0))
         records = [OpRecord(st.cls.index, op.id, op.name, op.stream.value, ready[op.id],
                             end[op.id], _category(op))
@@ -341,10 +414,16 @@ def _category(op: Op) -> str:
     return "memory" if isinstance(op, MemoryOp) else "other"
 
 
-def _per_rank(factors: Mapping[int, float], world: int) -> np.ndarray | None:
-    if not factors:
+def _per_rank(values: Mapping[int, float], world: int, default: float) -> np.ndarray | None:
+    """rank -> value as an array (None: no rank has one)."""
+    if not values:
         return None
-    out = np.ones(world)
-    for rank, f in factors.items():
-        out[rank] = f
+    out = np.full(world, default)
+    out[list(values)] = list(values.values())
     return out
+
+
+def _slowest(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    if a is None or b is None:
+        return b if a is None else a
+    return np.maximum(a, b)

@@ -63,6 +63,46 @@ def test_expanded_gives_the_step_time_of_the_collapsed_split(catalog, strategy, 
         assert [finish[c.index] for c in expanded.classes] == [c.finish_s for c in expanded.classes]
 
 
+HOST_AND_LINK_FAULTS = {
+    "nic": Faults(nic_slowdown={1: 2.0}), "nvlink": Faults(nvlink_slowdown={2: 3.0}),
+    "slow-launches": Faults(launch_overhead_s={3: 2e-4}), "late-input": Faults(input_stall_s={4: 2e-3}),
+    "all": Faults(compute_slowdown={3: 1.4}, link_slowdown={1: 2.0}, nic_slowdown={5: 1.5},
+                  nvlink_slowdown={2: 2.0}, launch_overhead_s={6: 1e-4}, input_stall_s={0: 1e-3}),
+}
+
+
+@pytest.mark.parametrize("network", list(NetworkMode), ids=lambda n: n.value)
+@pytest.mark.parametrize("name", list(HOST_AND_LINK_FAULTS))
+def test_nic_nvlink_and_host_faults_give_the_collapsed_split_step_time(catalog, name, network):
+    """A NIC or NVLink at a fraction of its bandwidth stretches only its part of a transfer; a
+    slow host floors each compute op at its kernels' launches; late input delays the compute
+    stream's start. The lanes follow each rank's own."""
+    trace, cluster = _setup(catalog, STRATEGIES[0])
+    faults = HOST_AND_LINK_FAULTS[name]
+    collapsed = _run(trace, cluster, network, faults, expand=False)
+    expanded = _run(trace, cluster, network, faults)
+    assert expanded.step_time_s == pytest.approx(collapsed.step_time_s, rel=1e-12, abs=0.0)
+    if network is NetworkMode.ANALYTIC:
+        per_rank = _run(trace, cluster, network, faults, lanes=False)
+        finish = {c.representative: c.finish_s for c in per_rank.classes}
+        assert expanded.rank_finish_s.tolist() == pytest.approx(
+            [finish[r] for r in range(len(finish))], rel=1e-12, abs=0.0)
+
+
+def test_a_mixed_cluster_runs_as_lanes_at_each_device_own_rates():
+    """16 A100 and 16 H100 (cluster.groups), uneven samples per replica: each lane computes
+    at its own device's rates."""
+    from tests.test_mixed_cluster import A100, H100, config
+    cfg = config([(A100, 16), (H100, 16)], replica_batch=[10, 10, 22, 22])
+    trace = build_trace(cfg.job)
+    for faults in (Faults(), STRAGGLER):
+        collapsed = _run(trace, cfg.cluster, NetworkMode.FLOW, faults, expand=False)
+        sim = StepSimulation(trace, cfg.cluster, SimulationOptions(expand=True, record=False),
+                             faults)
+        assert sim.lanes is not None
+        assert sim.run().step_time_s == pytest.approx(collapsed.step_time_s, rel=1e-12, abs=0.0)
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES[:2], ids=IDS[:2])
 def test_under_the_analytic_model_every_rank_follows_the_per_rank_replay(catalog, strategy):
     """Every rank slower by its own factor and every third link degraded: each rank's finish,
@@ -121,7 +161,7 @@ def test_the_summary_names_the_ranks_clocks_and_the_slowest(catalog):
     expanded = _run(trace, cluster, NetworkMode.FLOW, Faults(compute_slowdown={6: 2.0}))
     line = simulated_line(expanded, 8)
     slowest = int(expanded.rank_finish_s.argmax())
-    assert line.startswith("8 ranks on their own clocks as lanes of 2 rank classes")
+    assert line.startswith(f"8 ranks on their own clocks as lanes of {len(expanded.classes)} rank")
     assert line.endswith(f"(slowest: rank {slowest})")
     collapsed = _run(trace, cluster, NetworkMode.FLOW, expand=False)
     assert simulated_line(collapsed, 8).startswith("2 rank classes for 8 GPUs")

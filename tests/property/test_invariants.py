@@ -8,6 +8,7 @@ and ``HYPOTHESIS_PROFILE=thorough`` draws many more at random.
 from __future__ import annotations
 
 from collections import Counter
+from unittest.mock import patch
 from dataclasses import replace
 
 import pytest
@@ -16,6 +17,7 @@ from hypothesis import assume, given, strategies as st
 
 from clustersim.hardware_specs import SpecError, load_catalog
 from clustersim.simulator import Faults, SimulationOptions, StepSimulation
+from clustersim.simulator import lanes as lanes_module
 from clustersim.simulator.engine import NetworkMode
 from clustersim.simulator.flows import FlowNetwork
 from clustersim.workloads import Recompute, Schedule, Strategy
@@ -88,16 +90,22 @@ def test_collapsed_rank_classes_give_the_expanded_step_time(job):
 
 @given(jobs(), st.data())
 def test_under_the_analytic_model_lanes_give_every_rank_its_per_rank_finish(job, data):
-    """Ranks slowed by factors of their own (compute and links): under the analytic network
-    model, following them as lanes of the collapsed classes gives every rank the finish time
+    """Ranks slowed by factors of their own (compute, links, NICs, NVLink, kernel launches,
+    late input): under the analytic network model, following them as lanes of the collapsed classes gives every rank the finish time
     that simulating one class per rank gives."""
     world = job.strategy.world_size
     factors = st.lists(st.sampled_from([1.0, 1.1, 1.5, 2.0]), min_size=world, max_size=world)
+    seconds = st.lists(st.sampled_from([0.0, 1e-5, 1e-3]), min_size=world, max_size=world)
     faults = Faults(compute_slowdown=dict(enumerate(data.draw(factors))),
-                    link_slowdown=dict(enumerate(data.draw(factors))))
+                    link_slowdown=dict(enumerate(data.draw(factors))),
+                    nic_slowdown=dict(enumerate(data.draw(factors))),
+                    nvlink_slowdown=dict(enumerate(data.draw(factors))),
+                    launch_overhead_s=dict(enumerate(data.draw(seconds))),
+                    input_stall_s=dict(enumerate(data.draw(seconds))))
     trace, cluster = build_trace(job), _cluster(job)
     options = SimulationOptions(record=False, expand=True, network=NetworkMode.ANALYTIC)
-    lanes = StepSimulation(trace, cluster, options, faults).run()
+    with patch.object(lanes_module, "SPLIT_PER_PROGRAM", 0):   # lanes that differ, not the split
+        lanes = StepSimulation(trace, cluster, options, faults).run()
     per_rank = StepSimulation(trace, cluster, options, faults, lanes=False).run()
     finish = {c.representative: c.finish_s for c in per_rank.classes}
     assert lanes.rank_finish_s.tolist() == pytest.approx([finish[r] for r in range(world)],
