@@ -18,6 +18,8 @@ def register(sub) -> None:
          "one config on two GPU types, each with the config's own strategy"),
         ("clustersim compare llama3_8b_fsdp --vary cluster.oversubscription=1,2 --sweep "
          "--out runs/fabric", "each fabric with the best strategy a sweep finds for it"),
+        ("clustersim compare shared_fabric_4to1 --vary placement=packed,scattered",
+         "jobs sharing a cluster, placed two ways: what each job loses to the others"),
     ])
     p.add_argument("configs", nargs="+", help="run config YAML files")
     p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",

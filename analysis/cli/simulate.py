@@ -18,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("clustersim simulate", f"the bundled {DEFAULT_EXAMPLE} example: step time, breakdown, memory"),
         ("clustersim simulate my_job.yaml --json step.json --trace step.trace.json",
          "your config; the result as JSON and a timeline to open in https://ui.perfetto.dev"),
+        ("clustersim simulate shared_fabric_4to1",
+         "two jobs on one 4:1 fabric: each one's step together and alone, the busiest links"),
     ])
     p.add_argument("config", nargs="?", help="run config YAML, or a bundled example's name "
                         f"(default: {DEFAULT_EXAMPLE})")
