@@ -44,7 +44,7 @@ from clustersim.analysis.step import StepReport, run_step
 HAP_CITATION = ("HAP, Zhang et al., EuroSys'24 (arXiv 2401.05965): sharding ratios by linear "
                 "programming; up to 2.41x on heterogeneous clusters")
 HAP_MAX_SPEEDUP = 2.41
-"""HAP's largest speed-up on heterogeneous clusters (its abstract and sec. 7)."""
+"""HAP's largest speed-up on heterogeneous clusters, as its abstract states it."""
 
 _LAYER_OP = re.compile(r"^(?:fwd|bwd|recompute)0\.layer(\d+)\.")
 _MICRO_ZERO = re.compile(r"^(?:fwd|bwd|recompute)0\.")
