@@ -471,9 +471,10 @@ class StepSimulation:
 
     # --- running ----------------------------------------------------------------------------
     def _start_processes(self) -> None:
-        for st in self.states:
-            for ops in stream_runs(st.ops, st.previous):
-                self.env.process(self._stream(st, ops))
+        self.processes = [self.env.process(self._stream(st, ops))
+                          for st in self.states for ops in stream_runs(st.ops, st.previous)]
+        """The step's processes: all of them done is the step's end (a shared fabric waits
+        on that to start the job's next step)."""
 
     def _run_to_end(self) -> int:
         """Process every event; return how many there were (SimPy's public stepping API)."""

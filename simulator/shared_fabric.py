@@ -7,9 +7,10 @@ NICs, leaf and spine links) and one :class:`FlowNetwork`. A transfer of job A an
 on the same leaf uplink then share it max-min, exactly as two transfers of one job do. Every job
 is also replayed alone on the same devices, so what it loses to the others is the difference.
 
-All jobs start their step at time 0 and each runs one step: a job whose step is shorter than
-another's runs part of the longer one's step alone (the loss is for steps that overlap; with
-steps of very different lengths, read it as an upper bound for the shorter job).
+All jobs start their first step at time 0, and a job that finishes before the others runs its
+next steps until they finish too (as jobs that train for hours do): every job's first step
+shares the fabric with the others from its start to its end. The loss reported is that of the
+first step.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from clustersim.workloads.trace import Trace
 
 HOT_LINKS = 8
 """Links listed in a result, busiest first."""
+REPEATS = 100
+"""Steps a job runs after its first while another job's first step is still running (a job
+over a hundred times shorter than another stops loading the fabric after that)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -136,15 +140,32 @@ def _check(jobs: Sequence[FabricJob], fabric: ClusterSpec) -> None:
 
 def _replay(jobs: Sequence[FabricJob], fabric: ClusterSpec, options: SimulationOptions,
             network) -> tuple[list[StepResult], list[_JobFlows]]:
-    """Replay ``jobs`` together in one environment over one flow network."""
+    """Replay the first step of every job of ``jobs`` together in one environment over one
+    flow network; a job that finishes its step before the others starts its next one (and so
+    on, up to ``REPEATS``), so that the others share the fabric with it to their end."""
     env = simpy.Environment()
     shared = FlowNetwork(env, network.topology.capacity)
     doors = [_JobFlows(shared) for _ in jobs]
-    sims = [StepSimulation(job.trace, job.cluster, options, network=network, env=env,
-                           flows=door, devices=job.devices)  # type: ignore[arg-type]
-            for job, door in zip(jobs, doors)]
-    for sim in sims:
+
+    def step(job: FabricJob, door: _JobFlows) -> StepSimulation:
+        sim = StepSimulation(job.trace, job.cluster, options, network=network, env=env,
+                             flows=door, devices=job.devices)  # type: ignore[arg-type]
         sim.start()
+        return sim
+
+    sims = [step(job, door) for job, door in zip(jobs, doors)]
+    ends = [simpy.AllOf(env, sim.processes) for sim in sims]
+    everyone = simpy.AllOf(env, ends)
+
+    def next_steps(job: FabricJob, door: _JobFlows, end: simpy.Event):
+        yield end
+        for _ in range(REPEATS):
+            if everyone.triggered:
+                return
+            yield simpy.AllOf(env, step(job, door).processes)
+
+    for job, door, end in zip(jobs, doors, ends):
+        env.process(next_steps(job, door, end))
     events = 0
     while env.peek() != float("inf"):
         env.step()

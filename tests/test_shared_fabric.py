@@ -42,25 +42,27 @@ def catalog(tmp_path_factory):
     return load_catalog([folder])
 
 
-def dp_step(world: int, tp: int) -> Trace:
-    """One data-parallel all-reduce of the gradients, then an optimizer op that waits for it
-    (all of its time is exposed DP time), on TP groups of ``tp`` consecutive ranks."""
+def dp_step(world: int, tp: int, reductions: int = 1) -> Trace:
+    """``reductions`` data-parallel all-reduces of the gradients one after the other, then an
+    optimizer op that waits for them (all of their time is exposed DP time), on TP groups of
+    ``tp`` consecutive ranks."""
     dp_groups = tuple(tuple(range(i, world, tp)) for i in range(tp))
-    ops = (CollectiveOp(0, "dp_all_reduce", CollectiveKind.ALL_REDUCE, GRADIENTS, "dp",
-                        Stream.DP, ()),
-           ComputeOp(1, "optimizer", Phase.OPTIMIZER, (), (0,)))
+    ops = tuple(CollectiveOp(i, f"dp_all_reduce{i}", CollectiveKind.ALL_REDUCE, GRADIENTS, "dp",
+                             Stream.DP, (i - 1,) if i else ()) for i in range(reductions))
+    ops += (ComputeOp(reductions, "optimizer", Phase.OPTIMIZER, (), (reductions - 1,)),)
     return Trace(world_size=world, programs=(Program("stage0", tuple(range(world)), ops),),
                  group_sets={"dp": GroupSet("dp", dp_groups)}, model_flops=1e12, tokens=1000)
 
 
-def jobs_on(catalog, placement: JobPlacement):
+def jobs_on(catalog, placement: JobPlacement, reductions=(1, 1)):
     fabric = catalog.cluster(device="a100-80gb", num_devices=64, fabric="tiny-rail-4to1")
     per_node = fabric.devices_per_node
     out = []
     for i, alloc in enumerate(allocate((32, 32), per_node, 64, placement)):
         cluster = catalog.cluster(device="a100-80gb", num_devices=32, fabric="tiny-rail-4to1",
                                   devices_per_node=alloc.per_node)
-        out.append(FabricJob(name=f"team-{'ab'[i]}", trace=dp_step(32, alloc.per_node),
+        out.append(FabricJob(name=f"team-{'ab'[i]}",
+                             trace=dp_step(32, alloc.per_node, reductions[i]),
                              cluster=cluster, devices=alloc.devices))
     return fabric, out
 
@@ -118,6 +120,23 @@ def test_scattered_rings_share_the_4to1_uplinks_and_each_gets_half(catalog):
     hottest = result.hot_links[0]
     assert hottest.kind == "leaf_up" and set(hottest.jobs) == {"team-a", "team-b"}
     assert result.shared_links == 2 * 8 * 2               # up and down, 8 rails, 2 leaf groups
+
+
+def test_a_shorter_job_keeps_stepping_while_the_longer_one_runs(catalog):
+    """Team A reduces once per step, team B twice, over the same shared uplinks (scattered).
+    Their first reductions share the uplinks: each takes lat + 2N (N: the network time alone).
+    A's step ends there and its next step starts at once, so B's second reduction shares the
+    uplinks with A's next one: lat + 2N again. B: 2 lat + 4N against 2 lat + 2N alone (it
+    loses 2N); A: lat + 2N against lat + N (it loses N)."""
+    fabric, jobs = jobs_on(catalog, JobPlacement.SCATTERED, reductions=(1, 2))
+    result = simulate_shared(jobs, fabric)
+    a, b = result.jobs
+    n = a.together.step_time_s - a.alone.step_time_s
+    assert n > 0.05
+    assert b.alone.step_time_s == pytest.approx(2 * a.alone.step_time_s, rel=1e-9)
+    assert b.lost_s == pytest.approx(2 * n, rel=1e-6)
+    assert b.together.breakdown.exposed_comm_s["dp"] - b.alone.breakdown.exposed_comm_s["dp"] \
+        == pytest.approx(2 * n, rel=1e-6)
 
 
 def test_rail_aligned_jobs_never_meet_and_lose_nothing(catalog):
