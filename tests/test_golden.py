@@ -12,6 +12,8 @@ import pytest
 
 from tests.golden.examples import EXAMPLES, RUNS, TOLERANCE, differences
 from tests.golden.readme import MARKER, README, goldens, rendered, stale
+from tests.golden.calibration import CALIBRATION_RUNS
+from tests.golden.traces import TRACE_REPLAYS
 
 REGENERATE = "python -m tests.golden.regenerate"
 
@@ -54,3 +56,22 @@ def test_a_marker_naming_no_golden_is_an_error():
         stale("<!--golden nonexistent.step_time_s .1f-->1<!--/golden-->", goldens())
     with pytest.raises(KeyError, match="has no 'step_s' there"):
         stale("<!--golden llama3_70b_h100.step_s .1f-->1<!--/golden-->", goldens())
+
+
+@pytest.mark.parametrize("golden", [
+    *CALIBRATION_RUNS, *(pytest.param(g, marks=pytest.mark.slow) for g in TRACE_REPLAYS)],
+    ids=lambda g: g.name)
+def test_measured_runs_predicted_again_give_their_golden(golden):
+    """The README's calibration and trace tables: committed measurements against today's
+    predictions."""
+    moved = differences(golden.stored(), golden.run())
+    assert not moved, f"(if on purpose: {REGENERATE} {golden.name}):\n  " + "\n  ".join(moved)
+
+
+def test_a_stale_readme_table_is_caught_and_rewritten():
+    stored = goldens()
+    text = "<!--golden-table calibration_amd_epyc_2_cores.table-->\n| old |\n<!--/golden-table-->"
+    assert stale(text, stored) == ["table calibration_amd_epyc_2_cores.table: README's differs "
+                                   "from the goldens"]
+    fixed = rendered(text, stored)
+    assert "| dp2 | 390 ms |" in fixed and stale(fixed, stored) == []

@@ -15,11 +15,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from tests.golden.examples import BY_NAME, REPO
+from tests.golden.examples import REPO
+from tests.golden.registry import BY_NAME
 
 README = REPO / "README.md"
 MARKER = re.compile(r"<!--golden (?P<name>[\w.]+) (?P<format>[^>\s]*)-->(?P<text>.*?)"
                     r"<!--/golden-->")
+TABLE = re.compile(r"<!--golden-table (?P<name>[\w.]+)-->\n(?P<text>.*?)<!--/golden-table-->",
+                   re.DOTALL)
+"""A whole Markdown table rendered from a golden (:data:`TABLES`)."""
 
 
 def _ep(name: str) -> Callable[[dict], float]:
@@ -35,18 +39,135 @@ def _gpu_hbm_share(g: dict) -> float:
     return (causes["gpu"] + causes["hbm"]) / g["failures_llama3_405b"]["interruptions_mean"]
 
 
+def _errors(name: str, prefix: str = "", gpu: str = "") -> Callable[[dict], list[float]]:
+    """Errors of a validation golden's compared rows whose id starts with ``prefix`` (and that
+    ran on ``gpu``)."""
+    return lambda g: [r["error"] for rid, r in g[name]["rows"].items()
+                      if r["error"] is not None and rid.startswith(prefix)
+                      and (not gpu or r["gpu"] == gpu)]
+
+
+def _mape(name: str, prefix: str = "", gpu: str = "") -> Callable[[dict], float]:
+    errors = _errors(name, prefix, gpu)
+    return lambda g: sum(map(abs, errors(g))) / len(errors(g))
+
+
+def _spread(name: str, prefix: str = "", gpu: str = "") -> dict[str, Callable[[dict], float]]:
+    """MAPE, count, lowest and highest error of a subset, as ``<key>_mape`` ... entries."""
+    errors = _errors(name, prefix, gpu)
+    return {"mape": _mape(name, prefix, gpu), "n": lambda g: len(errors(g)),
+            "min": lambda g: min(errors(g)), "max": lambda g: max(errors(g)),
+            "max_abs": lambda g: max(map(abs, errors(g)))}
+
+
+def _row(name: str, rid: str) -> Callable[[dict], float]:
+    return lambda g: g[name]["rows"][rid]["error"]
+
+
+_SUBSETS = {
+    "dev_megatron": ("validate_dev", "narayanan", ""),
+    "dev_mpt": ("validate_dev", "mpt", ""),
+    "mf_nemo2407": ("validate_megatron_family", "nemo2407", ""),
+    "mf_mbridge_h100": ("validate_megatron_family", "mbridge", "h100-sxm"),
+    "mf_mbridge_b200": ("validate_megatron_family", "mbridge", "b200"),
+    "mf_korthikanti": ("validate_megatron_family", "korthikanti", ""),
+    "mf_weak": ("validate_megatron_family", "megatronlm_h100_weak", ""),
+    "mf_bloom": ("validate_megatron_family", "bloom", ""),
+    "tt_a100": ("validate_torchtitan", "torchtitan-", ""),
+    "tt_h100": ("validate_torchtitan", "torchtitan_h100", ""),
+    "bw_b200": ("validate_blackwell", "", "b200"),
+    "bw_gb200": ("validate_blackwell", "", "gb200"),
+    "bw_gb300": ("validate_blackwell", "", "gb300"),
+}
+"""Row groups the README's accuracy section speaks of: (golden, id prefix, GPU)."""
+
+_ROWS = {
+    "tt_llama3_70b": ("validate_torchtitan", "torchtitan-llama3-70b-64g-a100-full"),
+    "tt_llama2_70b": ("validate_torchtitan", "torchtitan-llama2-70b-64g-a100-full"),
+    "tt_llama2_13b": ("validate_torchtitan", "torchtitan-llama2-13b-64g-a100-none"),
+    "tt_llama3_8b": ("validate_torchtitan", "torchtitan-llama3-8b-64g-a100-selective-layer"),
+}
+"""Single rows the README quotes."""
+
 DERIVED: dict[str, Callable[[dict], float]] = {
+    **{f"{key}_{stat}": f for key, subset in _SUBSETS.items()
+       for stat, f in _spread(*subset).items()},
+    **{key: _row(*row) for key, row in _ROWS.items()},
     "moe_ep_ratio": lambda g: (_ep("moe_fabric_contention")(g)
                                / _ep("moe_fabric_contention_rail")(g)),
     "llama405b_all_interruptions": lambda g: (_llama405b("interruptions_mean")(g)
                                               + _llama405b("planned_interruptions_mean")(g)),
     "llama405b_gpu_hbm_share": _gpu_hbm_share,
+    # Meta's 6.66 s step: Llama 3 Herd (arXiv 2407.21783) Table 4's 400 TFLOPS per GPU on 16,384
+    # H100 with batches of 2,048 x 8,192 tokens, as a step time.
+    "llama405b_vs_meta": lambda g: g["failures_llama3_405b"]["step_time_s"] / 6.66 - 1,
 }
 """Numbers the README prints that no single golden holds."""
 
 _HOUR = 3600.0
 UNITS: dict[str, float] = {"h": _HOUR}
 """``.2f/h``: divide by an hour before formatting."""
+
+
+def _sweep_points(name: str) -> Callable[[dict], list[dict]]:
+    return lambda g: sorted(g[name]["points"], key=lambda p: p["rank"])
+
+
+_LLAMA70B_SWEEP = "sweep_llama3_70b_h100"
+_points = _sweep_points(_LLAMA70B_SWEEP)
+DERIVED |= {
+    "sweep70b_first_cross_node_tp_rank": lambda g: next(p["rank"] for p in _points(g)
+                                                        if p["tp"] > 8),
+    "sweep70b_top10_tp_in_node": lambda g: sum(p["tp"] <= 8 for p in _points(g)[:10]),
+}
+
+
+def _markdown_table(headers: list, rows: list[list]) -> str:
+    lines = ["| " + " | ".join(map(str, headers)) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows]) + "\n"
+
+
+def _ranking_table(name: str, top: int, columns: int) -> Callable[[dict], str]:
+    """The first ``top`` rows of a sweep golden's ranking, as ``clustersim sweep`` prints it."""
+    def render(g: dict) -> str:
+        table = g[name]["table"]
+        return _markdown_table(table["headers"][:columns],
+                               [r[:columns] for r in table["rows"][:top]])
+    return render
+
+
+def _calibration_table(name: str) -> Callable[[dict], str]:
+    def render(g: dict) -> str:
+        rows = [[s, f"{1e3 * r['measured_s']:.0f} ms", f"{1e3 * r['predicted_s']:.0f} ms",
+                 f"{r['error']:+.1%}", f"{r['baseline_error']:+.1%}"]
+                for s, r in g[name]["rows"].items()]
+        return _markdown_table(["strategy", "measured", "predicted", "error",
+                                "uncalibrated `cpu-core`"], rows)
+    return render
+
+
+_TRACE_RUNS = {"dp1": "dp1, 1 rank, its own trace", "dp2": "dp2, 2 ranks (gloo), its own trace",
+               "dp4_from_dp2": "dp4, 4 ranks on 2 cores, **predicted from the dp2 trace** "
+                               "(`dp: 4`)",
+               "pp2": "pp2, 1F1B over 2 stages (isend/irecv), its own trace"}
+
+
+def _trace_table(name: str) -> Callable[[dict], str]:
+    def render(g: dict) -> str:
+        rows = [[label, f"{g[name][run]['simulated_s']:.3f} s",
+                 f"{g[name][run]['measured_s']:.3f} s", f"{g[name][run]['error']:+.1%}",
+                 f"{g[name][run]['error_vs_traced']:+.1%}"] for run, label in _TRACE_RUNS.items()]
+        return _markdown_table(["run", "simulated", "measured (untraced steps)", "error",
+                                "error against the traced step"], rows)
+    return render
+
+
+TABLES: dict[str, Callable[[dict], str]] = {
+    f"{_LLAMA70B_SWEEP}.top15": _ranking_table(_LLAMA70B_SWEEP, 15, 9),
+    "calibration_amd_epyc_2_cores.table": _calibration_table("calibration_amd_epyc_2_cores"),
+    "traces_amd_epyc_2_cores.table": _trace_table("traces_amd_epyc_2_cores"),
+}
+"""Tables the README prints whole."""
 
 
 def goldens() -> dict[str, dict]:
@@ -75,16 +196,29 @@ def render(name: str, spec: str, stored: dict[str, dict]) -> str:
     return format(number / UNITS[unit] if unit else number, spec)
 
 
+def render_table(name: str, stored: dict[str, dict]) -> str:
+    if name not in TABLES:
+        raise KeyError(f"{name}: no such table (tests/golden/readme.py: TABLES)")
+    return TABLES[name](stored)
+
+
 def rendered(text: str, stored: dict[str, dict]) -> str:
-    """``text`` with every marked number rewritten from ``stored``."""
+    """``text`` with every marked number and table rewritten from ``stored``."""
     def one(m: re.Match) -> str:
         new = render(m["name"], m["format"], stored)
         return f"<!--golden {m['name']} {m['format']}-->{new}<!--/golden-->"
-    return MARKER.sub(one, text)
+
+    def table(m: re.Match) -> str:
+        return (f"<!--golden-table {m['name']}-->\n{render_table(m['name'], stored)}"
+                "<!--/golden-table-->")
+    return TABLE.sub(table, MARKER.sub(one, text))
 
 
 def stale(text: str, stored: dict[str, dict]) -> list[str]:
-    """Marked numbers whose text is not what the goldens give: ``name: README -> goldens``."""
-    return [f"{m['name']}: README says {m['text']!r}, the goldens give "
-            f"{render(m['name'], m['format'], stored)!r}"
-            for m in MARKER.finditer(text) if m["text"] != render(m["name"], m["format"], stored)]
+    """Marked numbers and tables whose text is not what the goldens give."""
+    numbers = [f"{m['name']}: README says {m['text']!r}, the goldens give "
+               f"{render(m['name'], m['format'], stored)!r}"
+               for m in MARKER.finditer(text)
+               if m["text"] != render(m["name"], m["format"], stored)]
+    return numbers + [f"table {m['name']}: README's differs from the goldens"
+                      for m in TABLE.finditer(text) if m["text"] != render_table(m["name"], stored)]
