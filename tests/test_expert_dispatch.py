@@ -77,9 +77,13 @@ def _predicted_s(catalog, row: dict) -> float:
 
 
 UNKNOWN = {
-    "deepep_ll_ep8_dispatch": "inside one node the low-latency kernels take 77 and 114 us where "
-    "the bytes at NVLink speed and one NVLink step give 51 and 87: what the kernels spend the "
-    "rest on (a message and a completion flag per token and expert) is not modelled",
+    "deepep_ll_ep8_dispatch": "inside one node the low-latency kernels take 77 and 114 us (98 "
+    "and 127 GB/s of messages) where the bytes at NVLink speed and one NVLink step give 51 and "
+    "87: they send one message per token and expert as NVLink peer stores with a completion "
+    "flag each (DeepEP#173, merged 2025-05; the maintainers describe the low-latency kernels "
+    "as built for RDMA, DeepEP#22 and #25), and what those stores cost is not published; "
+    "DeepEP#173's H20 figures (37 and 59 us at EP8, on NVLink 2.25x as fast) leave a "
+    "different remainder, so neither a fixed latency nor a bandwidth derate explains it",
 }
 UNKNOWN["deepep_ll_ep8_combine"] = UNKNOWN["deepep_ll_ep8_dispatch"]
 CASES = [pytest.param(r, id=r["id"], marks=pytest.mark.xfail(strict=True, reason=UNKNOWN[r["id"]]))

@@ -17,7 +17,8 @@ MOE = REPO / "analysis/data/published_runs_moe.csv"
 LONG = REPO / "analysis/data/published_runs_long_context.csv"
 CHEAP = {
     MOE: ("mb2511_qwen3_30b_a3b_h100_16gpu_fp8", "mb2606_qwen3_30b_a3b_h100_16gpu_fp8",
-          "mb2511_qwen3_30b_a3b_b200_8gpu_mxfp8", "mb2511_qwen3_30b_a3b_gb200_8gpu_mxfp8"),
+          "mb2511_qwen3_30b_a3b_b200_8gpu_mxfp8", "mb2511_qwen3_30b_a3b_gb200_8gpu_mxfp8",
+          "nemo2504_mixtral_8x7b_gb200_64gpu_fp8"),
     LONG: ("torchtitan_llama3_8b_8gpu_fsdp8_cp1", "torchtitan_llama3_8b_8gpu_fsdp4_cp2",
            "torchtitan_llama3_8b_8gpu_fsdp2_cp4", "torchtitan_llama3_8b_8gpu_fsdp1_cp8"),
 }
