@@ -8,7 +8,8 @@ zero3_granularity, zero3_prefetch, tp_comm_overlap, overlap_param_gather, fp8_re
 fp8_param_gather (absent: the software of the source's date, see ``software_of``; overlaps off;
 delayed FP8 scaling with 16-bit weights), ep_dispatcher (absent: alltoall), etp
 (absent: tp), cp_algorithm and cp_a2a (absent: ring), schedule (absent: 1f1b, or interleaved
-with virtual_stages > 1), moe_a2a_overlap (absent: false), recompute_modules (with recompute
+with virtual_stages > 1), moe_a2a_overlap, account_for_embedding_in_pipeline_split and
+account_for_loss_in_pipeline_split (absent: false), recompute_modules (with recompute
 ``modules``: Megatron-Core's module names separated by spaces), and ``model``: a preset or bundled
 Hugging Face config (MoE, MLA) that replaces the architecture columns. An empty micro_batch means 1. Rows whose
 config does not fit in memory are reported apart; rows that cannot be mapped (unknown GPU, an
@@ -170,7 +171,8 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "cp": _int(row, "cp", 1), "ep": _int(row, "ep", 1),
         **{flag: _cell(row, flag, "false")
            for flag in ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather",
-                        "moe_a2a_overlap")},
+                        "moe_a2a_overlap", "account_for_embedding_in_pipeline_split",
+                        "account_for_loss_in_pipeline_split")},
         "ep_dispatcher": _cell(row, "ep_dispatcher", "alltoall"), "etp": _int(row, "etp", 0),
         "cp_algorithm": _cell(row, "cp_algorithm", "ring"), "cp_a2a": _int(row, "cp_a2a", 0),
         "zero": _int(row, "zero", 0), "recompute": _cell(row, "recompute", "none"),
