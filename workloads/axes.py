@@ -33,6 +33,13 @@ EXPERT_DATA_GROUP = "edp"
 """Ranks of a pipeline stage that hold the same expert shard (tp x cp x dp / (ep x etp) of them;
 Megatron-Core's expert-data-parallel group): expert gradients are reduced, and ZeRO shards expert
 state, over them."""
+DP_SHARD_GROUP = "dp_shard"
+"""HSDP: the data x context-parallel ranks of a (pp, tp) position that share one ZeRO shard
+(``strategy.dp_shard`` x cp consecutive ones, inside a node when they fit): ZeRO-3 gathers and
+reduce-scatters over them (torchtitan's ``dp_shard_cp`` mesh)."""
+DP_REPLICATE_GROUP = "dp_replicate"
+"""HSDP: the ranks at the same place of every shard group (``dp / dp_shard`` of them, across
+nodes): they all-reduce their reduced gradient shards (torchtitan's ``dp_replicate`` mesh)."""
 EXPERT_TENSOR_GROUP = "etp"
 """Ranks that split each expert's FFN between them (Megatron-Core's expert-tensor-parallel
 group): they gather the tokens dispatched to them before the experts and reduce-scatter after."""

@@ -18,7 +18,8 @@ from collections.abc import Generator
 
 from clustersim.hardware_specs import SpecError
 from clustersim.workloads.axes import (
-    CP_A2A_GROUP, CP_RING_GROUP, EXPERT_DATA_GROUP, EXPERT_TENSOR_GROUP, TIED_EMBEDDING_GROUP,
+    CP_A2A_GROUP, CP_RING_GROUP, DP_REPLICATE_GROUP, DP_SHARD_GROUP, EXPERT_DATA_GROUP,
+    EXPERT_TENSOR_GROUP, TIED_EMBEDDING_GROUP,
     Axis,
 )
 from clustersim.workloads.job import Job
@@ -238,6 +239,8 @@ def group_sets(layout: ParallelLayout, tied_pp_embedding: bool) -> dict[str, Gro
         names.append(EXPERT_TENSOR_GROUP)
     if layout.cp_a2a > 1:
         names += [CP_A2A_GROUP, CP_RING_GROUP]
+    if layout.dp_shard and layout.dp_shard < layout.dp:
+        names += [DP_SHARD_GROUP, DP_REPLICATE_GROUP]
     if tied_pp_embedding:
         names.append(TIED_EMBEDDING_GROUP)
     return {name: GroupSet(name, layout.partition(name)) for name in names}
@@ -249,7 +252,7 @@ def build_trace(job: Job) -> Trace:
     if s.world_size < 1:
         raise SpecError("strategy", "empty world")
     layout = ParallelLayout(tp=s.tp, cp=s.cp, dp=s.dp, pp=s.pp, ep=s.ep if m.is_moe else 1,
-                            etp=s.expert_tp, cp_a2a=s.cp_a2a or 1)
+                            etp=s.expert_tp, cp_a2a=s.cp_a2a or 1, dp_shard=s.zero_shards)
     programs = []
     replicas = job.replicas()
     per_stage = layout.world_size // s.pp

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from clustersim.workloads.axes import (
-    CP_A2A_GROUP, CP_RING_GROUP, EXPERT_DATA_GROUP, EXPERT_TENSOR_GROUP, TIED_EMBEDDING_GROUP, Axis,
+    CP_A2A_GROUP, CP_RING_GROUP, DP_REPLICATE_GROUP, DP_SHARD_GROUP, EXPERT_DATA_GROUP, EXPERT_TENSOR_GROUP, TIED_EMBEDDING_GROUP, Axis,
 )
 
 AXIS_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
@@ -37,6 +37,8 @@ class ParallelLayout:
     """Expert-tensor-parallel degree; 0: tp."""
     cp_a2a: int = 1
     """Hierarchical context parallelism: ranks of each all-to-all domain of a CP group."""
+    dp_shard: int = 0
+    """HSDP: data-parallel ranks of each shard group (the inner part of dp); 0: dp."""
 
     def size(self, axis: Axis) -> int:
         return getattr(self, axis.value)
@@ -88,6 +90,10 @@ class ParallelLayout:
         experts = grid.reshape(pp, edp, self.ep, etp)
         a2a = self.cp_a2a
         cp_groups = grid.transpose(0, 1, 3, 2).reshape(-1, cp)
+        # HSDP: dp = replicate x shard, shard inner (torchtitan's mesh pp, dp_replicate,
+        # dp_shard, cp, tp); per (pp, tp) position, indices (pp, tp, replicate, shard, cp).
+        shard = self.dp_shard or dp
+        hybrid = grid.reshape(pp, dp // shard, shard, cp, tp).transpose(0, 4, 1, 2, 3)
         arrays = {
             Axis.TP.value: lambda: grid.reshape(-1, tp),
             Axis.CP.value: lambda: cp_groups,
@@ -95,6 +101,8 @@ class ParallelLayout:
             Axis.DP.value: lambda: replicas,
             Axis.SPATIAL.value: lambda: grid.reshape(-1, 1),   # a transformer splits no volume
             Axis.EP.value: lambda: experts.transpose(0, 3, 1, 2).reshape(-1, self.ep),
+            DP_SHARD_GROUP: lambda: hybrid.reshape(-1, shard * cp),
+            DP_REPLICATE_GROUP: lambda: hybrid.transpose(0, 1, 3, 4, 2).reshape(-1, dp // shard),
             EXPERT_DATA_GROUP: lambda: experts.transpose(0, 3, 2, 1).reshape(-1, edp),
             EXPERT_TENSOR_GROUP: lambda: experts.reshape(-1, etp),
             CP_A2A_GROUP: lambda: cp_groups.reshape(-1, a2a),

@@ -22,6 +22,10 @@ By parameter kind and axis:
   expert-data-parallel group, ``strategy.expert_dp``). ZeRO-3
   stores 1/n of a shard and all-gathers it whole before use; gradients are reduced over the
   same ranks.
+- HSDP (``strategy.dp_shard``; torchtitan's replicate x shard mesh, FSDP2's HSDP): dense and
+  vocabulary parameters are sharded over the dp_shard x cp ranks of a shard group (``dp_shard``)
+  only; the dp / dp_shard shard groups hold the same shards (``replicas``) and all-reduce each
+  reduced gradient shard across them (``dp_replicate``).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from clustersim.workloads.axes import EXPERT_DATA_GROUP, Axis
+from clustersim.workloads.axes import DP_SHARD_GROUP, EXPERT_DATA_GROUP, Axis
 from clustersim.workloads.model import Norm, Position, TransformerSpec
 from clustersim.workloads.stages import StagePlan
 from clustersim.workloads.strategy import Strategy
@@ -70,6 +74,9 @@ class Shard:
     """The group set of the ranks holding the same parameters: ``dp``, or ``edp`` for experts."""
     ranks: int
     """Size of that group: what ZeRO shards over."""
+    replicas: int = 1
+    """HSDP: groups holding copies of the same shards, which all-reduce each reduced gradient
+    shard across them (1: none)."""
 
     def resident(self, sharded: bool) -> float:
         """Parameters a device keeps: 1/ranks of them when ZeRO shards this state."""
@@ -101,7 +108,7 @@ class StageShards:
         if not parts:
             return None
         return Shard(kind=ParamKind.VOCAB, params=sum(p.params for p in parts),
-                     group=parts[0].group, ranks=parts[0].ranks)
+                     group=parts[0].group, ranks=parts[0].ranks, replicas=parts[0].replicas)
 
     def total(self, kind: ParamKind) -> float:
         """Parameters of one kind on this device, before ZeRO."""
@@ -117,7 +124,8 @@ class StageShards:
         for s in shards:
             seen = out.get(s.group)
             out[s.group] = Shard(kind=seen.kind if seen else s.kind, group=s.group,
-                                 ranks=s.ranks, params=s.params + (seen.params if seen else 0.0))
+                                 ranks=s.ranks, replicas=s.replicas,
+                                 params=s.params + (seen.params if seen else 0.0))
         return out
 
 
@@ -188,16 +196,16 @@ def stage_shards(model: TransformerSpec, strategy: Strategy, plan: StagePlan) ->
     """What one device of stage ``plan`` holds and gathers, by kind (dense, expert, vocabulary)
     and by axis (TP, EP and PP splits; the ZeRO group of each shard)."""
     m, s = model, strategy
-    replicas = s.dp * s.cp
     folded = s.ep > 1 or s.expert_tp != s.tp    # experts held apart from the dense replicas
-    groups = {ParamKind.DENSE: (Axis.DP.value, replicas), ParamKind.VOCAB: (Axis.DP.value, replicas),
-              ParamKind.EXPERT: ((EXPERT_DATA_GROUP, s.expert_dp) if folded
-                                 else (Axis.DP.value, replicas))}
+    dense = ((Axis.DP.value, s.dp * s.cp, 1) if s.dp_replicate == 1
+             else (DP_SHARD_GROUP, s.zero_shards * s.cp, s.dp_replicate))
+    groups = {ParamKind.DENSE: dense, ParamKind.VOCAB: dense,
+              ParamKind.EXPERT: (EXPERT_DATA_GROUP, s.expert_dp, 1) if folded else dense}
     splits = {ParamKind.DENSE: s.tp, ParamKind.EXPERT: s.expert_tp}
 
     def shard(kind: ParamKind, params: float) -> Shard:
-        group, ranks = groups[kind]
-        return Shard(kind=kind, params=params, group=group, ranks=ranks)
+        group, ranks, replicas = groups[kind]
+        return Shard(kind=kind, params=params, group=group, ranks=ranks, replicas=replicas)
 
     modules = {layer: layer_tensors(m, layer) for layer in plan.layer_ids}
     if plan.has_head:

@@ -171,6 +171,11 @@ class Strategy:
     """With ``recompute: modules``, which modules recompute."""
     zero: int = 0
     """ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also parameters (FSDP)."""
+    dp_shard: int = 0
+    """HSDP: ZeRO shards over groups of ``dp_shard`` data-parallel ranks (x cp), replicated
+    over ``dp / dp_shard`` groups that all-reduce their reduced gradient shards (torchtitan's
+    ``data_parallel_shard_degree`` with ``data_parallel_replicate_degree``; FSDP2's HSDP, FSDP1's
+    ``HYBRID_SHARD``; Megatron's ``--num-distributed-optimizer-instances``). 0: dp."""
     offload: Offload = Offload.NONE
     offload_tier: str = ""
     """Memory tier that receives offloaded state ('' = the node's host DRAM)."""
@@ -201,6 +206,16 @@ class Strategy:
     @property
     def world_size(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def zero_shards(self) -> int:
+        """Data-parallel ranks ZeRO shards over (HSDP's shard degree; dp without HSDP)."""
+        return self.dp_shard or self.dp
+
+    @property
+    def dp_replicate(self) -> int:
+        """HSDP's replica groups: how many copies of each ZeRO shard there are (1: no HSDP)."""
+        return self.dp // self.zero_shards
 
     @property
     def expert_tp(self) -> int:
@@ -258,6 +273,7 @@ class Strategy:
                 "virtual_stages": self.virtual_stages, "recompute": self.recompute.value,
                 "recompute_layers": self.recompute_layers,
                 "recompute_modules": [m.value for m in self.recompute_modules], "zero": self.zero,
+                "dp_shard": self.dp_shard,
                 "offload": self.offload.value, "offload_tier": self.offload_tier,
                 "layers_per_stage": list(self.layers_per_stage),
                 "replica_batch": list(self.replica_batch),
@@ -291,6 +307,7 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
         recompute_layers=f.integer("recompute_layers", 0, minimum=0),
         recompute_modules=_recompute_modules(f),
         zero=f.integer("zero", 0, minimum=0),
+        dp_shard=f.integer("dp_shard", 0, minimum=0),
         offload=f.choice("offload", Offload, Offload.NONE),
         offload_tier=f.text("offload_tier", ""),
         layers_per_stage=layers,
@@ -395,6 +412,20 @@ def _check_module_recompute(s: Strategy, model: TransformerSpec, path: str) -> N
         raise SpecError(field, "moe_act needs a mixture-of-experts model")
 
 
+def _check_hsdp(s: Strategy, path: str) -> None:
+    if s.dp % s.dp_shard:
+        raise SpecError(f"{path}.dp_shard", f"{s.dp_shard} does not divide dp = {s.dp}")
+    if s.dp_replicate > 1 and s.zero == 0:
+        raise SpecError(f"{path}.dp_shard", "HSDP shards ZeRO state: needs zero 1, 2 or 3, "
+                        "got zero 0")
+    if s.dp_replicate > 1 and (s.ep > 1 or s.etp not in (0, s.tp)):
+        raise SpecError(f"{path}.dp_shard", "HSDP with expert parallelism is not modelled "
+                        f"(ep = {s.ep}, etp = {s.etp})")
+    if s.dp_replicate > 1 and s.offload is not Offload.NONE:
+        raise SpecError(f"{path}.dp_shard", f"HSDP with {s.offload.value} offload is not "
+                        "modelled")
+
+
 def _check_dualpipe(s: Strategy, model: TransformerSpec, micro: int, path: str) -> None:
     """DualPipe's shape (deepseek-ai/DualPipe asserts the same): an even pipeline, at least two
     micro-batches per stage, as many from each end; the two directions are its model chunks."""
@@ -474,6 +505,8 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
         raise SpecError(f"{path}.sequence_parallel", "needs tp > 1")
     if s.tp_comm_overlap and not s.sequence_parallel:
         raise SpecError(f"{path}.tp_comm_overlap", "needs sequence_parallel: true (and tp > 1)")
+    if s.dp_shard:
+        _check_hsdp(s, path)
     if s.overlap_param_gather and not 1 <= s.zero <= 2:
         raise SpecError(f"{path}.overlap_param_gather",
                         f"needs the distributed optimizer (zero 1 or 2), got zero {s.zero}")

@@ -123,6 +123,8 @@ def summary(report: StepReport) -> str:
                 + (f" (first {s.recompute_layers} layers of each chunk)"
                    if s.recompute_layers else "")
                 + f", ZeRO-{s.zero}"
+                + (f" HSDP ({s.dp_replicate} replicas x {s.zero_shards} shards)"
+                   if s.dp_replicate > 1 else "")
                 + (", sequence parallel" if s.sequence_parallel else "")
                 + (f", offload {s.offload.value}" if s.offload.value != "none" else ""))
     head = key_values([

@@ -20,12 +20,15 @@ gathers, the optimizer step and its offload.
 What is gathered and reduced, over which ranks, is ``workloads/shards.py``'s: dense and
 vocabulary parameters over the data x context-parallel ranks (``dp``), routed experts over the
 ranks holding the same experts (``edp``) when expert parallelism splits them. A shard whose
-group is one rank moves nothing and is left out.
+group is one rank moves nothing and is left out. Under HSDP the shard group is ``dp_shard``
+and each gradient reduction is followed by an all-reduce of the reduced shard across the
+replica groups (``dp_replicate``; FSDP2's HSDP ``post_backward``: reduce-scatter, then
+all-reduce of the shard), also when the shard group is one rank (DDP's all-reduce).
 """
 
 from __future__ import annotations
 
-from clustersim.workloads.axes import TIED_EMBEDDING_GROUP, Axis
+from clustersim.workloads.axes import DP_REPLICATE_GROUP, TIED_EMBEDDING_GROUP, Axis
 from clustersim.workloads.layer_ops import Pass
 from clustersim.workloads.shards import ParamKind, Shard, stage_shards
 from clustersim.workloads.strategies.program import StageProgram
@@ -71,11 +74,18 @@ class DataParallel:
             groups[shard.group] = (shard, nbytes) if seen is None else (seen[0], seen[1] + nbytes)
         out = []
         for group, (shard, nbytes) in groups.items():
+            suffix = ".experts" if shard.kind is ParamKind.EXPERT and group != Axis.DP.value else ""
+            reduced = deps
             if shard.ranks > 1:
-                suffix = "" if group == Axis.DP.value else ".experts"
-                out.append(self.stage.ops.collective(
+                reduced = (self.stage.ops.collective(
                     f"{name}{suffix}", kind, nbytes, Axis.DP, deps, group=group,
-                    per_rank_copies=per_rank_copies))
+                    per_rank_copies=per_rank_copies),)
+            if kind is not CollectiveKind.ALL_GATHER and shard.replicas > 1:
+                # HSDP: the reduced gradient shard, all-reduced across the replica groups.
+                reduced = (self.stage.ops.collective(
+                    f"{name}{suffix}.replicate_all_reduce", CollectiveKind.ALL_REDUCE,
+                    nbytes / shard.ranks, Axis.DP, reduced, group=DP_REPLICATE_GROUP),)
+            out += reduced if reduced != deps else ()
         return tuple(out)
 
     # --- ZeRO-3 --------------------------------------------------------------------------
