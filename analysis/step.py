@@ -18,7 +18,7 @@ from clustersim.workloads.trace import CollectiveKind
 from clustersim.workloads.builder import build_trace
 from clustersim.workloads.cnn.builder import build_cnn_trace
 from clustersim.workloads.memory import GIB, StageMemory
-from clustersim.workloads.trace import Trace
+from clustersim.workloads.trace import CollectiveOp, Stream, Trace
 
 from clustersim.analysis.config import RunConfig
 from clustersim.analysis.limits import LAYER_PASS_BUDGET, check_budget, layer_passes
@@ -58,7 +58,15 @@ class StepReport:
         out["memory"] = [{"stage": s.stage, "layers": s.layers, **s.memory.to_dict(),
                           "offloaded": s.offloaded_bytes} for s in self.memory]
         out["memory_capacity_bytes"] = cluster.smallest_memory_bytes
+        out["dp_bytes_per_gpu"] = self.dp_bytes_per_gpu
         return out
+
+    @property
+    def dp_bytes_per_gpu(self) -> float:
+        """Bytes of data-parallel collectives (gradient reductions, ZeRO gathers) one GPU issues
+        per step, nccl-tests' buffer sizes, on the busiest program."""
+        return max((sum(op.bytes for op in prog.ops if isinstance(op, CollectiveOp)
+                        and op.stream is Stream.DP) for prog in self.trace.programs), default=0.0)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -43,6 +43,10 @@ nodes): they all-reduce their reduced gradient shards (torchtitan's ``dp_replica
 EXPERT_TENSOR_GROUP = "etp"
 """Ranks that split each expert's FFN between them (Megatron-Core's expert-tensor-parallel
 group): they gather the tokens dispatched to them before the experts and reduce-scatter after."""
+SUBNETWORK_DATA_GROUP = "sdp"
+"""Subnetwork Data Parallelism: the data-parallel replicas whose subnetworks hold the same
+transformer block (dp x layers / L of them, ``workloads/subnetworks.py``); block gradients are
+reduced, and ZeRO shards block state, over them."""
 CP_A2A_GROUP = "cp_a2a"
 """Hierarchical context parallelism: consecutive ranks of a CP group that exchange heads by
 all-to-all (Megatron-Core's ``hierarchical_context_parallel_sizes[0]``)."""

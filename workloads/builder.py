@@ -19,13 +19,13 @@ from collections.abc import Generator
 from clustersim.hardware_specs import SpecError
 from clustersim.workloads.axes import (
     CP_A2A_GROUP, CP_RING_GROUP, DP_REPLICATE_GROUP, DP_SHARD_GROUP, EXPERT_DATA_GROUP,
-    EXPERT_TENSOR_GROUP, TIED_EMBEDDING_GROUP,
-    Axis,
+    EXPERT_TENSOR_GROUP, SUBNETWORK_DATA_GROUP, TIED_EMBEDDING_GROUP, Axis,
 )
 from clustersim.workloads.job import Job
 from clustersim.workloads.layer_ops import LayerOps, LayerWork, Pass
 from clustersim.workloads.layout import ParallelLayout
 from clustersim.workloads.memory import stage_memory
+from clustersim.workloads.shards import block_ranks
 from clustersim.workloads.stages import StagePlan, stage_plans
 from clustersim.workloads.strategies.context import ContextParallel
 from clustersim.workloads.strategies.data import DataParallel
@@ -241,6 +241,8 @@ def group_sets(layout: ParallelLayout, tied_pp_embedding: bool) -> dict[str, Gro
         names += [CP_A2A_GROUP, CP_RING_GROUP]
     if layout.dp_shard and layout.dp_shard < layout.dp:
         names += [DP_SHARD_GROUP, DP_REPLICATE_GROUP]
+    if layout.sdp:
+        names.append(SUBNETWORK_DATA_GROUP)
     if tied_pp_embedding:
         names.append(TIED_EMBEDDING_GROUP)
     return {name: GroupSet(name, layout.partition(name)) for name in names}
@@ -252,7 +254,8 @@ def build_trace(job: Job) -> Trace:
     if s.world_size < 1:
         raise SpecError("strategy", "empty world")
     layout = ParallelLayout(tp=s.tp, cp=s.cp, dp=s.dp, pp=s.pp, ep=s.ep if m.is_moe else 1,
-                            etp=s.expert_tp, cp_a2a=s.cp_a2a or 1, dp_shard=s.zero_shards)
+                            etp=s.expert_tp, cp_a2a=s.cp_a2a or 1, dp_shard=s.zero_shards,
+                            sdp=block_ranks(m, s) if s.subnetworks else 0)
     programs = []
     replicas = job.replicas()
     per_stage = layout.world_size // s.pp

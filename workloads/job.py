@@ -44,16 +44,23 @@ class Job:
         return micro_batches(self.training, self.strategy)
 
     @property
+    def computed_model(self) -> TransformerSpec:
+        """The network one replica computes: the model, or with subnetworks its subnetwork's
+        blocks (forward masking skips the dropped ones; Singh et al., arXiv 2507.09029)."""
+        sub = self.strategy.subnetworks
+        return replace(self.model, layers=sub.layers) if sub else self.model
+
+    @property
     def model_flops_per_step(self) -> float:
         """Forward + backward FLOPs of one step, no recompute (the MFU numerator)."""
         t = self.training
-        return model_flops_per_token(self.model, t.seq_len) * t.tokens_per_step
+        return model_flops_per_token(self.computed_model, t.seq_len) * t.tokens_per_step
 
     @property
     def hardware_flops_per_step(self) -> float:
         """Model FLOPs plus what recomputation adds."""
         t = self.training
-        extra = recompute_flops_per_token(self.model, t.seq_len, self.strategy.recompute,
+        extra = recompute_flops_per_token(self.computed_model, t.seq_len, self.strategy.recompute,
                                           t.attention, self.strategy.recompute_modules)
         return self.model_flops_per_step + extra * self.recomputed_fraction * t.tokens_per_step
 
@@ -64,7 +71,7 @@ class Job:
         if not self.strategy.recompute_layers:
             return 1.0
         chunks = chunk_layers(self.model.layers, self.strategy)
-        return self.strategy.recomputed_layers(chunks) / self.model.layers
+        return self.strategy.recomputed_layers(chunks) / self.computed_model.layers
 
     def memory(self) -> tuple[StageMemory, ...]:
         return memory_per_stage(self.model, self.training, self.strategy)

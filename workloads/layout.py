@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from clustersim.workloads.axes import (
-    CP_A2A_GROUP, CP_RING_GROUP, DP_REPLICATE_GROUP, DP_SHARD_GROUP, EXPERT_DATA_GROUP, EXPERT_TENSOR_GROUP, TIED_EMBEDDING_GROUP, Axis,
+    CP_A2A_GROUP, CP_RING_GROUP, DP_REPLICATE_GROUP, DP_SHARD_GROUP, EXPERT_DATA_GROUP,
+    EXPERT_TENSOR_GROUP, SUBNETWORK_DATA_GROUP, TIED_EMBEDDING_GROUP, Axis,
 )
 
 AXIS_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
@@ -39,6 +40,9 @@ class ParallelLayout:
     """Hierarchical context parallelism: ranks of each all-to-all domain of a CP group."""
     dp_shard: int = 0
     """HSDP: data-parallel ranks of each shard group (the inner part of dp); 0: dp."""
+    sdp: int = 0
+    """Subnetwork Data Parallelism: data x context-parallel ranks holding one block (0: none);
+    consecutive replicas, as round-robin subnetworks of consecutive blocks place them."""
 
     def size(self, axis: Axis) -> int:
         return getattr(self, axis.value)
@@ -108,6 +112,7 @@ class ParallelLayout:
             CP_A2A_GROUP: lambda: cp_groups.reshape(-1, a2a),
             CP_RING_GROUP: lambda: cp_groups.reshape(-1, cp // a2a, a2a).transpose(0, 2, 1)
             .reshape(-1, cp // a2a),
+            SUBNETWORK_DATA_GROUP: lambda: replicas.reshape(-1, self.sdp or dp * cp),
             TIED_EMBEDDING_GROUP: lambda: grid[[0, pp - 1]].transpose(1, 2, 3, 0).reshape(-1, 2),
         }
         if name not in arrays:

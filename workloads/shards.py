@@ -26,6 +26,10 @@ By parameter kind and axis:
   vocabulary parameters are sharded over the dp_shard x cp ranks of a shard group (``dp_shard``)
   only; the dp / dp_shard shard groups hold the same shards (``replicas``) and all-reduce each
   reduced gradient shard across them (``dp_replicate``).
+- Subnetwork Data Parallelism (``workloads/subnetworks.py``, Singh et al. arXiv 2507.09029):
+  a replica holds only its subnetwork's blocks (the stage plan lists them), and a block is
+  shared by the dp x cp x layers / L ranks whose subnetworks keep it (``sdp``), not by all
+  dp x cp; the vocabulary parameters stay in every subnetwork, shared over ``dp``.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from clustersim.workloads.axes import DP_SHARD_GROUP, EXPERT_DATA_GROUP, Axis
+from clustersim.workloads.axes import DP_SHARD_GROUP, EXPERT_DATA_GROUP, SUBNETWORK_DATA_GROUP, Axis
 from clustersim.workloads.model import Norm, Position, TransformerSpec
 from clustersim.workloads.stages import StagePlan
 from clustersim.workloads.strategy import Strategy
@@ -192,6 +196,14 @@ def _attention_splits(model: TransformerSpec) -> tuple[bool, ...]:
     return out
 
 
+def block_ranks(model: TransformerSpec, strategy: Strategy) -> int:
+    """Data x context-parallel ranks holding one transformer block: all dp x cp of them, or
+    with subnetworks the replicas whose subnetworks keep it."""
+    replicas = strategy.dp * strategy.cp
+    sub = strategy.subnetworks
+    return sub.block_replicas(replicas, model.layers) if sub else replicas
+
+
 def stage_shards(model: TransformerSpec, strategy: Strategy, plan: StagePlan) -> StageShards:
     """What one device of stage ``plan`` holds and gathers, by kind (dense, expert, vocabulary)
     and by axis (TP, EP and PP splits; the ZeRO group of each shard)."""
@@ -199,8 +211,9 @@ def stage_shards(model: TransformerSpec, strategy: Strategy, plan: StagePlan) ->
     folded = s.ep > 1 or s.expert_tp != s.tp    # experts held apart from the dense replicas
     dense = ((Axis.DP.value, s.dp * s.cp, 1) if s.dp_replicate == 1
              else (DP_SHARD_GROUP, s.zero_shards * s.cp, s.dp_replicate))
-    groups = {ParamKind.DENSE: dense, ParamKind.VOCAB: dense,
-              ParamKind.EXPERT: (EXPERT_DATA_GROUP, s.expert_dp, 1) if folded else dense}
+    block = (SUBNETWORK_DATA_GROUP, block_ranks(m, s), 1) if s.subnetworks else dense
+    groups = {ParamKind.DENSE: block, ParamKind.VOCAB: dense,
+              ParamKind.EXPERT: (EXPERT_DATA_GROUP, s.expert_dp, 1) if folded else block}
     splits = {ParamKind.DENSE: s.tp, ParamKind.EXPERT: s.expert_tp}
 
     def shard(kind: ParamKind, params: float) -> Shard:

@@ -24,7 +24,10 @@ from clustersim.workloads.strategy import Schedule, Strategy
 
 
 def chunk_layers(layers: int, strategy: Strategy) -> tuple[int, ...]:
-    """Layers in each model chunk, in pipeline order."""
+    """Layers in each model chunk, in pipeline order (with subnetworks, pp = 1: the blocks one
+    replica's subnetwork keeps, its first ``layers``; every subnetwork is alike in cost)."""
+    if strategy.subnetworks:
+        return (strategy.subnetworks.layers,)
     if strategy.layers_per_stage:
         return strategy.layers_per_stage
     chunks = strategy.chunks

@@ -14,6 +14,7 @@ from clustersim.hardware_specs import SpecError
 from clustersim.hardware_specs.fields import Fields
 from clustersim.workloads.model import TransformerSpec
 from clustersim.workloads.dispatch import Dispatcher
+from clustersim.workloads.subnetworks import Subnetworks, check_subnetworks, subnetworks_from_mapping
 from clustersim.workloads.training import TrainingSpec
 
 
@@ -202,6 +203,9 @@ class Strategy:
     """Megatron-Core's ``--tp-comm-overlap`` (Transformer Engine userbuffers; needs sequence
     parallelism): tensor-parallel all-gathers and reduce-scatters stream in tp chunks beside the
     GEMMs that consume and produce them."""
+    subnetworks: Subnetworks | None = None
+    """Subnetwork Data Parallelism (``workloads/subnetworks.py``): each replica holds, computes
+    and reduces only its subnetwork's blocks. None: every replica holds the whole model."""
 
     @property
     def world_size(self) -> int:
@@ -283,7 +287,8 @@ class Strategy:
                 "zero3_granularity": self.zero3_granularity.value,
                 "zero3_prefetch": self.zero3_prefetch.value,
                 "overlap_param_gather": self.overlap_param_gather,
-                "tp_comm_overlap": self.tp_comm_overlap}
+                "tp_comm_overlap": self.tp_comm_overlap,
+                "subnetworks": self.subnetworks.to_dict() if self.subnetworks else None}
 
 
 def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
@@ -319,6 +324,7 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
         zero3_prefetch=_prefetch(f),
         overlap_param_gather=f.boolean("overlap_param_gather", False),
         tp_comm_overlap=f.boolean("tp_comm_overlap", False),
+        subnetworks=subnetworks_from_mapping(f),
     )
     f.done()
     return spec
@@ -576,6 +582,11 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
         raise SpecError(f"{path}.pp", f"pp*virtual_stages = {s.chunks} exceeds model.layers="
                         f"{model.layers}" + (f" + {s.split_extra_layers}"
                                              if s.split_extra_layers else ""))
+    if s.subnetworks:
+        check_subnetworks(s.subnetworks, model.layers, s.dp, s.pp, s.ep, path)
+        if s.dp_replicate > 1:
+            raise SpecError(f"{path}.dp_shard", f"{s.dp_shard} (HSDP) cannot be combined with "
+                            "subnetworks, whose blocks are shared by their own replica groups")
     if s.zero == 3 and s.pp > 1 and s.zero3_granularity is Zero3Granularity.TENSOR:
         raise SpecError(f"{path}.zero3_granularity", "tensor (DeepSpeed's 2020-21 ZeRO-3) does "
                         "not run with pp > 1; FSDP's layer granularity does (torchtitan)")

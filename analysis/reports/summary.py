@@ -126,7 +126,9 @@ def summary(report: StepReport) -> str:
                 + (f" HSDP ({s.dp_replicate} replicas x {s.zero_shards} shards)"
                    if s.dp_replicate > 1 else "")
                 + (", sequence parallel" if s.sequence_parallel else "")
-                + (f", offload {s.offload.value}" if s.offload.value != "none" else ""))
+                + (f", offload {s.offload.value}" if s.offload.value != "none" else "")
+                + (f", {s.subnetworks.count} subnetworks of {s.subnetworks.layers}/"
+                   f"{job.model.layers} blocks" if s.subnetworks else ""))
     head = key_values([
         ("model", f"{job.model.name} ({job.model.parameters / 1e9:.2f}B parameters)"),
         ("cluster", mixed.cluster_line(cluster) if cluster.groups else
@@ -147,6 +149,7 @@ def summary(report: StepReport) -> str:
                         + (" / ".join(format_bytes(g.device.memory_bytes) for g in cluster.groups)
                            if cluster.groups else format_bytes(cluster.device.memory_bytes))
                         + ")"),
+        ("DP traffic", f"{format_bytes(report.dp_bytes_per_gpu)} per GPU per step"),
         ("simulated", simulated_line(r, cluster.num_devices)),
         *([("note", note)] if (note := recompute_note(report)) else []),
     ], title=f"clustersim: {cfg.name}")
@@ -184,6 +187,7 @@ def cnn_summary(report: CnnStepReport) -> str:
         ("peak memory", f"{format_bytes(r.peak_memory_gb * 1e9)} per GPU "
                         f"({'fits' if r.fits_in_memory else 'DOES NOT FIT'} in "
                         f"{format_bytes(cluster.device.memory_bytes)})"),
+        ("DP traffic", f"{format_bytes(report.dp_bytes_per_gpu)} per GPU per step"),
         ("simulated", simulated_line(r, cluster.num_devices)),
         ("note", "exposed SPATIAL comm is the halo exchange (and the gather before the dense "
                  "layers) the step waits for"),

@@ -136,6 +136,7 @@ RUNS = (
     _simulate("llama3_70b_h100.yaml", slow=True),
     _simulate("gpt3_175b_a100.yaml", slow=True),
     _simulate("llama3_8b_fsdp.yaml"),
+    _simulate("llama3_8b_subnetworks.yaml"),
     _simulate("moe_fabric_contention.yaml"),
     _simulate("moe_fabric_contention_rail.yaml"),
     _simulate("deepseek_v3_h800.yaml", slow=True),

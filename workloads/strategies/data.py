@@ -28,7 +28,9 @@ all-reduce of the shard), also when the shard group is one rank (DDP's all-reduc
 
 from __future__ import annotations
 
-from clustersim.workloads.axes import DP_REPLICATE_GROUP, TIED_EMBEDDING_GROUP, Axis
+from clustersim.workloads.axes import (
+    DP_REPLICATE_GROUP, SUBNETWORK_DATA_GROUP, TIED_EMBEDDING_GROUP, Axis,
+)
 from clustersim.workloads.layer_ops import Pass
 from clustersim.workloads.shards import ParamKind, Shard, stage_shards
 from clustersim.workloads.strategies.program import StageProgram
@@ -74,7 +76,8 @@ class DataParallel:
             groups[shard.group] = (shard, nbytes) if seen is None else (seen[0], seen[1] + nbytes)
         out = []
         for group, (shard, nbytes) in groups.items():
-            suffix = ".experts" if shard.kind is ParamKind.EXPERT and group != Axis.DP.value else ""
+            suffix = (".blocks" if group == SUBNETWORK_DATA_GROUP else ".experts"
+                      if shard.kind is ParamKind.EXPERT and group != Axis.DP.value else "")
             reduced = deps
             if shard.ranks > 1:
                 reduced = (self.stage.ops.collective(
