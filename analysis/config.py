@@ -15,7 +15,6 @@ from typing import Any
 from clustersim.hardware_specs import Catalog, ClusterSpec, Placement, SpecError, load_catalog
 from clustersim.hardware_specs.fabric import MAX_OVERSUBSCRIPTION
 from clustersim.hardware_specs.fields import Fields
-from clustersim.hardware_specs.memory import MemoryTierSpec, TierKind
 from clustersim.hardware_specs.mixed import GroupRequest, mixed_cluster
 from clustersim.hardware_specs.textfile import load_yaml
 from clustersim.workloads import Job
@@ -23,6 +22,7 @@ from clustersim.workloads.cnn.job import CnnJob, cnn_job_from_mapping, is_cnn_mo
 from clustersim.workloads.model_sources import resolve
 from clustersim.workloads.strategy import strategy_from_mapping
 from clustersim.workloads.training import training_from_mapping
+from clustersim.workloads.offload_tiers import offload_tier, with_offload_tiers  # noqa: F401
 
 OPTIONAL_SECTIONS = ("failures", "faults", "costs", "simulation", "sweep", "name", "description")
 
@@ -121,19 +121,6 @@ def parse_cluster(f: Fields, catalog: Catalog, keep_together: int = 1) -> Cluste
     return cluster
 
 
-OFFLOAD_KINDS = (TierKind.HOST_DRAM, TierKind.CXL, TierKind.NON_VOLATILE, TierKind.LOCAL_NVME)
-
-
-def offload_tier(catalog: Catalog, name: str) -> MemoryTierSpec:
-    """The memory tier ``strategy.offload_tier`` names: host DRAM, CXL, persistent memory or
-    local NVMe (ZeRO-Infinity), not HBM or a shared file system."""
-    tier = catalog.get("memory_tiers", name, "strategy.offload_tier")
-    if tier.kind not in OFFLOAD_KINDS:
-        raise SpecError("strategy.offload_tier", f"{name} is {tier.kind.value}; expected one of "
-                        f"{', '.join(k.value for k in OFFLOAD_KINDS)}")
-    return tier
-
-
 def cluster_catalog(cluster_f: Fields, base_dir: Path | None,
                     catalog_dirs: Iterable[str | Path] = ()) -> Catalog:
     """The catalog with the directories ``cluster.catalog`` adds (relative to ``base_dir``)."""
@@ -161,9 +148,8 @@ def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
     training = training_from_mapping(top.raw("training"))
     strategy = strategy_from_mapping(top.raw("strategy", {}))
     cluster = parse_cluster(cluster_f, catalog, strategy.tp * strategy.cp * strategy.ep)
-    if strategy.offload_tier:
-        cluster = replace(cluster, offload_tier=offload_tier(catalog, strategy.offload_tier))
     job = Job(model, training, strategy).checked(cluster.num_devices)
+    cluster = with_offload_tiers(cluster, catalog, job)
     sections = {k: top.raw(k) for k in OPTIONAL_SECTIONS if top.has(k)}
     top.done()
     return RunConfig(job=job, cluster=cluster, catalog=catalog,

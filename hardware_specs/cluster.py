@@ -55,6 +55,9 @@ class ClusterSpec:
     offload_tier: MemoryTierSpec | None = None
     """Where offloaded optimizer states and parameters live (ZeRO-Offload / ZeRO-Infinity);
     None: the node's host DRAM."""
+    offload_split: tuple[tuple[MemoryTierSpec, float], ...] = ()
+    """Offloaded state over several tiers (``strategy.offload_split``): each tier and the
+    fraction of the offloaded bytes it holds; empty: all of it in ``offload_memory``."""
     groups: tuple[DeviceGroup, ...] = ()
     """A heterogeneous cluster's device groups (``cluster.groups``); empty: every device is
     ``device`` in a ``node``. With groups, ``device`` and ``node`` are the group whose NICs
@@ -94,6 +97,11 @@ class ClusterSpec:
     @property
     def offload_memory(self) -> MemoryTierSpec:
         return self.offload_tier or self.host_memory
+
+    @property
+    def offload_placement(self) -> tuple[tuple[MemoryTierSpec, float], ...]:
+        """Each tier that holds offloaded state and the fraction of it that it holds."""
+        return self.offload_split or ((self.offload_memory, 1.0),)
 
     def per_device(self, tier: MemoryTierSpec, write: bool) -> float:
         """One device's share of a tier's bandwidth when every device streams at once."""

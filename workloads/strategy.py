@@ -125,6 +125,22 @@ def _prefetch(f: Fields) -> Zero3Prefetch:
                     f"expected true, false or one of {'|'.join(names)}, got {value!r}")
 
 
+def _offload_split(f: Fields) -> tuple[tuple[str, float], ...]:
+    """``offload_split: {tier: fraction, ...}``: fractions in (0, 1] summing to 1."""
+    if not f.has("offload_split"):
+        return ()
+    section = f.sub("offload_split")
+    out = tuple((str(name), section.number(str(name), minimum=0.0, maximum=1.0))
+                for name in section.data)
+    section.done()
+    if not out:
+        return ()          # {}: no split (as ``Strategy.to_dict`` writes it)
+    if any(share <= 0 for _, share in out) or abs(sum(s for _, s in out) - 1) > 1e-9:
+        raise SpecError(f.at("offload_split"), f"expected fractions > 0 of the offloaded state "
+                        f"per tier, summing to 1, got {dict(out)}")
+    return out
+
+
 def _recompute_modules(f: Fields) -> tuple[RecomputeModule, ...]:
     """A list of :class:`RecomputeModule` names; a bad entry is named by its index."""
     entries = Fields(dict(enumerate(f.items("recompute_modules", []))), f.at("recompute_modules"))
@@ -180,6 +196,10 @@ class Strategy:
     offload: Offload = Offload.NONE
     offload_tier: str = ""
     """Memory tier that receives offloaded state ('' = the node's host DRAM)."""
+    offload_split: tuple[tuple[str, float], ...] = ()
+    """Offloaded state placed over several memory tiers: (catalog tier, fraction) pairs whose
+    fractions sum to 1, e.g. host DRAM 0.6 and CXL 0.4; each tier's share is copied at that
+    tier's bandwidth (``simulator/cost/memory.py``). Empty: all in ``offload_tier``."""
     layers_per_stage: tuple[int, ...] = ()
     """Explicit layers per model chunk (pp x virtual_stages entries); empty: automatic."""
     replica_batch: tuple[int, ...] = ()
@@ -279,6 +299,7 @@ class Strategy:
                 "recompute_modules": [m.value for m in self.recompute_modules], "zero": self.zero,
                 "dp_shard": self.dp_shard,
                 "offload": self.offload.value, "offload_tier": self.offload_tier,
+                "offload_split": dict(self.offload_split),
                 "layers_per_stage": list(self.layers_per_stage),
                 "replica_batch": list(self.replica_batch),
                 "account_for_embedding_in_pipeline_split":
@@ -315,6 +336,7 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
         dp_shard=f.integer("dp_shard", 0, minimum=0),
         offload=f.choice("offload", Offload, Offload.NONE),
         offload_tier=f.text("offload_tier", ""),
+        offload_split=_offload_split(f),
         layers_per_stage=layers,
         replica_batch=tuple(f.integers("replica_batch", [], minimum=1)),
         account_for_embedding_in_pipeline_split=f.boolean(
@@ -518,6 +540,9 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
                         f"needs the distributed optimizer (zero 1 or 2), got zero {s.zero}")
     if s.recompute_layers and s.recompute is not Recompute.FULL:
         raise SpecError(f"{path}.recompute_layers", f"{s.recompute_layers} needs recompute: full")
+    if s.offload_split and (s.offload is Offload.NONE or s.offload_tier):
+        raise SpecError(f"{path}.offload_split", "needs offload: optimizer or params, and replaces "
+                        "offload_tier (name every tier in the split)")
     if s.offload_tier and s.offload is Offload.NONE:
         raise SpecError(f"{path}.offload_tier", f"names {s.offload_tier!r} but offload is none; "
                         "set offload: optimizer or params")
