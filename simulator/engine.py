@@ -114,7 +114,7 @@ class Faults:
 
 
 @contextlib.contextmanager
-def _cycle_collector_paused() -> Iterator[None]:
+def cycle_collector_paused() -> Iterator[None]:
     """Pause Python's cycle collector while a step replays. The replay allocates millions of
     small objects that reference counting frees; the collector, triggered by those
     allocations, would scan every live object (the trace's too) again and again: about 40% of
@@ -218,6 +218,8 @@ class StepSimulation:
         """A collective's (plan, copy time) by what decides it: the network model's own cache
         hashes the device groups, thousands of ints, on every lookup."""
         self._times: dict[int, tuple[Plan, float]] = {}
+        self._factors: dict[object, tuple[float, float]] = {}
+        """Classes of a transfer -> their link factors (fixed for a replay)."""
         """id(plan) -> (plan, its uncontended time): a plan's time walks its link loads."""
         self.lanes: LaneReplay | None = None
         if options.expand and lanes and not options.one_class_per_rank(cluster.device):
@@ -282,9 +284,12 @@ class StepSimulation:
 
     def _link_factors(self, classes) -> tuple[float, float]:
         """(network, scale-up) stretch of a transfer among ``classes``: its slowest member's."""
-        states = [self.states[c] for c in classes]
-        return (max(max(s.link_slow, s.nic_slow) for s in states),
-                max(max(s.link_slow, s.nvlink_slow) for s in states))
+        hit = self._factors.get(classes)
+        if hit is None:
+            states = [self.states[c] for c in classes]
+            hit = self._factors[classes] = (max(max(s.link_slow, s.nic_slow) for s in states),
+                                            max(max(s.link_slow, s.nvlink_slow) for s in states))
+        return hit
 
     # --- waiting ----------------------------------------------------------------------------
     def _wait(self, st: _ClassState, op_id: int) -> simpy.Event:
@@ -489,7 +494,7 @@ class StepSimulation:
     def replay(self) -> Replay:
         """Replay the step: one timeline of records per rank class."""
         wall = time.perf_counter()
-        with _cycle_collector_paused():
+        with cycle_collector_paused():
             self.start()
             events = self._run_to_end()
         return self.finished(events, time.perf_counter() - wall)
@@ -516,7 +521,7 @@ class StepSimulation:
 
     def run(self) -> StepResult:
         """Replay the step and summarise it: breakdowns, critical class, metrics."""
-        with _cycle_collector_paused():
+        with cycle_collector_paused():
             return self.summary(self.replay())
 
     def summary(self, replay: Replay) -> StepResult:
