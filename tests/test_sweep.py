@@ -294,3 +294,23 @@ def test_a_sweep_keeps_the_configs_overlaps_where_a_candidate_can_have_them():
         assert s.overlap_param_gather == (s.zero == 1)
     assert not any("overlap" in c.reason for c in cands)
     assert any(c.status is Status.SIMULATE and c.job.strategy.tp_comm_overlap for c in cands)
+
+
+# --- work order ----------------------------------------------------------------------------
+
+def test_workers_take_the_longest_points_first_and_one_worker_the_cheapest():
+    """Several workers start on the points with the most layer passes (longest processing time
+    first), so the longest does not come last on one worker; one worker goes cheapest first, so
+    an interrupted sweep has as many points as it could."""
+    from clustersim.analysis.limits import layer_passes
+    from clustersim.analysis.sweeps.runner import work_order
+    cfg = config_from_mapping(TINY)
+    space = space_from_mapping({"micro_batch": [1, 2, 4], "cp": [1]})
+    todo = [c for c in enumerate_space(cfg.job, 8, 80 * 2**30, space) if c.status is Status.SIMULATE]
+    costs = {layer_passes(c.job) for c in todo}
+    assert len(costs) >= 3
+    parallel = [layer_passes(c.job) for c in work_order(todo, parallel=True)]
+    serial = [layer_passes(c.job) for c in work_order(todo, parallel=False)]
+    assert parallel == sorted(parallel, reverse=True) and parallel[0] == max(costs)
+    assert serial == sorted(serial) and serial[0] == min(costs)
+    assert sorted(c.key for c in work_order(todo, True)) == sorted(c.key for c in todo)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from clustersim.hardware_specs import ClusterSpec, SpecError
 from clustersim.simulator import SimulationOptions, simulate
+from clustersim.simulator.engine import cycle_collector_paused
 from clustersim.simulator.result import BREAKDOWN_COLUMNS
 from clustersim.workloads import Job
 from clustersim.workloads.builder import build_trace
@@ -95,7 +96,8 @@ def evaluate(task: tuple[str, Job, ClusterSpec, SimulationOptions]) -> tuple[str
     """Simulate one point (runs in a worker): its metrics, or the error that stopped it."""
     key, job, cluster, options = task
     try:
-        r = simulate(build_trace(job), cluster, options)
+        with cycle_collector_paused():  # building a long trace is a third faster without it
+            r = simulate(build_trace(job), cluster, options)
     except (SpecError, RuntimeError, ValueError, ZeroDivisionError) as err:
         return key, {"error": f"{type(err).__name__}: {err}"}
     metrics = {"step_time_s": r.step_time_s, "tokens_per_s": r.tokens_per_s,
@@ -148,9 +150,8 @@ def run_sweep(loaded: LoadedConfig, out: str | Path, *, workers: int = 1,
     store.repair()
     done = store.read_points()
     by_key = {c.key: c for c in candidates}
-    todo = [c for c in candidates if c.status is Status.SIMULATE and c.key not in done]
-    # the cheapest points first: an interrupted sweep has finished as many as it could
-    todo.sort(key=lambda c: (layer_passes(c.job), c.index))
+    todo = work_order([c for c in candidates if c.status is Status.SIMULATE and c.key not in done],
+                      parallel=workers > 1 or bool(dask_address))
     options = replace(simulation_options(config), record=False)
     tasks = [(c.key, c.job, config.cluster, options) for c in todo]
     errors = 0
@@ -171,6 +172,18 @@ def run_sweep(loaded: LoadedConfig, out: str | Path, *, workers: int = 1,
                            wall_s=time.perf_counter() - start)
     write_best(store, config)
     return outcome
+
+
+def work_order(todo: list[Candidate], parallel: bool) -> list[Candidate]:
+    """The order to simulate points in, by their expected cost (``layer_passes``). One worker:
+    the cheapest first, so an interrupted sweep has finished as many points as it could.
+    Several: the most expensive first (longest processing time first), so that the long
+    points do not come last on one worker while the others wait; handed to whichever worker
+    is free, this ends within 4/3 of the best possible time (Graham, SIAM J. Appl. Math. 17,
+    1969) where cheapest first can leave one worker with the longest point at the end."""
+    if parallel:
+        return sorted(todo, key=lambda c: (-layer_passes(c.job), c.index))
+    return sorted(todo, key=lambda c: (layer_passes(c.job), c.index))
 
 
 def run_seed(config: RunConfig) -> int:
