@@ -2,7 +2,9 @@
 
 Config (Llama 3 Herd, arXiv 2407.21783, sec. 3.3.2): TP8 PP16 DP128, seq 8192, global batch
 2048, micro-batch 1, interleaved 1F1B. Reference: a bare SimPy loop of 1,000,000 timeouts run in
-the same process, so the ratio is meaningful on a shared, noisy machine.
+the same process, so the ratio is meaningful on a shared, noisy machine. Then the same job
+on 1,024 and 4,096 GPUs (DP 8 and 32, the global batch scaled with DP so that every replica
+runs the same 16 micro-batches): how the cost grows with the GPU count.
 
     python benchmarks/bench_engine.py
 """
@@ -35,29 +37,35 @@ def bare_simpy_seconds(n: int = BARE_TIMEOUTS) -> float:
     return time.perf_counter() - start
 
 
-def llama3_405b_job() -> Job:
-    strategy = Strategy(tp=8, pp=16, dp=128, sequence_parallel=True, schedule=Schedule.INTERLEAVED,
+def llama3_405b_job(gpus: int = 16384) -> Job:
+    dp = gpus // (8 * 16)
+    strategy = Strategy(tp=8, pp=16, dp=dp, sequence_parallel=True, schedule=Schedule.INTERLEAVED,
                         virtual_stages=2, recompute=Recompute.NONE, zero=1)
-    training = TrainingSpec(seq_len=8192, global_batch=2048, micro_batch=1)
-    return Job(PRESETS["llama3-405b"], training, strategy).checked(16384)
+    training = TrainingSpec(seq_len=8192, global_batch=16 * dp, micro_batch=1)
+    return Job(PRESETS["llama3-405b"], training, strategy).checked(gpus)
 
 
-def main() -> None:
-    cluster = load_catalog().cluster(device="h100-sxm", num_devices=16384)
-    job = llama3_405b_job()
-    bare = bare_simpy_seconds()
+def timed_step(gpus: int, bare: float) -> None:
+    """Build and simulate the step on ``gpus`` H100 and print its cost next to ``bare``."""
+    cluster = load_catalog().cluster(device="h100-sxm", num_devices=gpus)
     start = time.perf_counter()
-    trace = build_trace(job)
+    trace = build_trace(llama3_405b_job(gpus))
     built = time.perf_counter() - start
     result = simulate(trace, cluster)
     total = time.perf_counter() - start
     ops = sum(len(p.ops) for p in trace.programs)
+    print(f"llama3-405b on {gpus:,} h100-sxm: build {built:.2f} s + simulate "
+          f"{result.wall_time_s:.2f} s = {total:.2f} s ({total / bare:.2f}x bare SimPy); "
+          f"{ops:,} ops in {len(result.classes)} rank classes; {result.events:,} events; "
+          f"step time {result.step_time_s:.6f} s, MFU {100 * result.mfu:.1f}%")
+
+
+def main() -> None:
+    bare = bare_simpy_seconds()
     print(f"bare SimPy, {BARE_TIMEOUTS:,} timeouts: {bare:.2f} s")
-    print(f"llama3-405b on 16,384 h100-sxm: build {built:.2f} s + simulate "
-          f"{result.wall_time_s:.2f} s = {total:.2f} s; {ops:,} ops in {len(result.classes)} rank "
-          f"classes; {result.events:,} events")
-    print(f"step time {result.step_time_s:.2f} s, MFU {100 * result.mfu:.1f}%")
-    print(f"ratio to bare SimPy: {total / bare:.2f}x (must stay under 5x)")
+    for gpus in (16384, 1024, 4096):
+        timed_step(gpus, bare)
+    print(f"bare SimPy again: {bare_simpy_seconds():.2f} s (the machine's noise)")
 
 
 if __name__ == "__main__":
