@@ -345,3 +345,42 @@ def test_a_ring_across_nodes_leaves_each_node_on_a_nic_not_nvlink(catalog):
     per_rank_volume = {16: 15 / 16 * size, 8: 7 / 8 * size}
     assert ring_intra(two, 16) / per_rank_volume[16] == pytest.approx(
         7 / 8 * ring_intra(one, 8) / per_rank_volume[8])
+
+
+def _ring_loads_hop_by_hop(planner, instances):
+    """The definition: at each node boundary of each group (nodes in ascending order, the last
+    back to the first), the i-th member sends 1/m of the volume to member i mod m' of the
+    next node, link by link along ``Topology.path``."""
+    from collections import defaultdict
+    loads = defaultdict(float)
+    for group in instances:
+        nodes = list(planner.nodes_of(group).values())
+        if len(nodes) < 2:
+            continue
+        for here, there in zip(nodes, nodes[1:] + nodes[:1]):
+            for i, src in enumerate(here):
+                for link in planner.topology.path(src, there[i % len(there)]):
+                    loads[link] += 1.0 / len(here)
+    return tuple(sorted(loads.items()))
+
+
+@pytest.mark.parametrize("device,gpus", [("h100-sxm", 1024), ("a100-80gb", 256)])
+def test_ring_and_send_loads_computed_at_once_equal_the_hop_by_hop_sums(catalog, device, gpus):
+    """Ring loads and send/recv loads are routed for every group at once (arrays); they must be
+    the very floats of walking the hops one by one, for shuffled and uneven groups too."""
+    import random
+    from collections import defaultdict
+    planner = NetworkModel(catalog.cluster(device=device, num_devices=gpus)).planner
+    rng = random.Random(7)
+    for size in (2, 3, 8, 16, 64):
+        devices = list(range(gpus))
+        rng.shuffle(devices)
+        groups = [tuple(devices[g * size:(g + 1) * size]) for g in range(gpus // size // 2)]
+        instances = tuple(groups) + (tuple(devices[-3:]),)
+        assert planner.ring_unit_loads(instances) == _ring_loads_hop_by_hop(planner, instances)
+        pairs = list(zip(devices[:size * 4], devices[-size * 4:]))
+        expected = defaultdict(float)
+        for src, dst in pairs:
+            for link in planner.topology.path(src, dst):
+                expected[link] += 3e6
+        assert planner.p2p_pairs(3e6, pairs).loads == tuple(expected.items())
