@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.golden.examples import EXAMPLES, RUNS, TOLERANCE, differences
+from tests.golden.examples import EXAMPLES, REPO, RUNS, TOLERANCE, differences
 from tests.golden.readme import MARKER, README, goldens, rendered, stale
 from tests.golden.calibration import CALIBRATION_RUNS
+from tests.golden.sweep import SWEEPS
 from tests.golden.traces import TRACE_REPLAYS
+from tests.golden.validation import VALIDATIONS
 
 REGENERATE = "python -m tests.golden.regenerate"
 
@@ -75,3 +77,38 @@ def test_a_stale_readme_table_is_caught_and_rewritten():
                                    "from the goldens"]
     fixed = rendered(text, stored)
     assert "| dp2 | 390 ms |" in fixed and stale(fixed, stored) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("golden", VALIDATIONS, ids=lambda g: g.name)
+def test_sampled_published_runs_give_their_golden_errors(golden):
+    """The accuracy tables' goldens are current: a spread sample of each file's rows replays
+    to the stored errors (the whole file takes minutes; regenerating replays it all)."""
+    stored = golden.stored()["rows"]
+    replayed = golden.run_sample()
+    assert set(replayed) == set(golden.sample_ids())
+    moved = differences({i: stored[i]["error"] for i in replayed}, replayed)
+    assert not moved, (f"clustersim {' '.join(golden.args)} moved (if on purpose: "
+                       f"{REGENERATE} {golden.name}):\n  " + "\n  ".join(moved))
+
+
+def test_every_published_runs_file_has_a_validation_golden():
+    tables = {p.name for p in (REPO / "analysis" / "data").glob("published_runs_*.csv")
+              if "measured_step_time_s" in p.read_text().partition("\n")[0]}
+    assert {g.runs for g in VALIDATIONS} == tables   # the CNN table is checked on its own
+    assert all(g.path.exists() for g in VALIDATIONS), f"missing goldens: run {REGENERATE}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("golden", SWEEPS, ids=lambda g: g.name)
+def test_the_readme_sweep_golden_is_current(golden):
+    """Its enumeration counts again (cheap), and its fastest ranked points
+    simulated again one by one (the whole sweep takes minutes)."""
+    stored = golden.stored()
+    assert golden.counts() == stored["counts"]
+    assert stored["simulated"] == stored["counts"]["simulate"] == len(stored["points"])
+    replayed = golden.run_sample(stored["points"])
+    expected = {p["key"]: p["tokens_per_s"] for p in stored["points"] if p["key"] in replayed}
+    moved = differences(expected, replayed)
+    assert not moved, (f"clustersim {' '.join(golden.args)} moved (if on purpose: "
+                       f"{REGENERATE} {golden.name}):\n  " + "\n  ".join(moved))

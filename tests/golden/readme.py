@@ -39,23 +39,23 @@ def _gpu_hbm_share(g: dict) -> float:
     return (causes["gpu"] + causes["hbm"]) / g["failures_llama3_405b"]["interruptions_mean"]
 
 
-def _errors(name: str, prefix: str = "", gpu: str = "") -> Callable[[dict], list[float]]:
-    """Errors of a validation golden's compared rows whose id starts with ``prefix`` (and that
-    ran on ``gpu``)."""
-    return lambda g: [r["error"] for rid, r in g[name]["rows"].items()
-                      if r["error"] is not None and rid.startswith(prefix)
-                      and (not gpu or r["gpu"] == gpu)]
+def _errors(name: str, prefix: str = "", gpu: str = "",
+            precision: str = "") -> Callable[[dict], list[float]]:
+    """Errors of a validation golden's rows that ran and fit in memory (as ``validate``
+    counts them) whose id starts with ``prefix``, on ``gpu``, in ``precision`` (an FP8
+    recipe for FP8 rows)."""
+    def errors(g: dict) -> list[float]:
+        return [r["error"] for rid, r in g[name]["rows"].items()
+                if r["error"] is not None and r["fits_in_memory"] and rid.startswith(prefix)
+                and gpu in ("", r["gpu"]) and precision in ("", r["precision"])]
+    return errors
 
 
-def _mape(name: str, prefix: str = "", gpu: str = "") -> Callable[[dict], float]:
-    errors = _errors(name, prefix, gpu)
-    return lambda g: sum(map(abs, errors(g))) / len(errors(g))
-
-
-def _spread(name: str, prefix: str = "", gpu: str = "") -> dict[str, Callable[[dict], float]]:
+def _spread(*subset: str) -> dict[str, Callable[[dict], float]]:
     """MAPE, count, lowest and highest error of a subset, as ``<key>_mape`` ... entries."""
-    errors = _errors(name, prefix, gpu)
-    return {"mape": _mape(name, prefix, gpu), "n": lambda g: len(errors(g)),
+    errors = _errors(*subset)
+    return {"mape": lambda g: sum(map(abs, errors(g))) / len(errors(g)),
+            "n": lambda g: len(errors(g)),
             "min": lambda g: min(errors(g)), "max": lambda g: max(errors(g)),
             "max_abs": lambda g: max(map(abs, errors(g)))}
 
@@ -77,15 +77,29 @@ _SUBSETS = {
     "tt_h100": ("validate_torchtitan", "torchtitan_h100", ""),
     "bw_b200": ("validate_blackwell", "", "b200"),
     "bw_gb200": ("validate_blackwell", "", "gb200"),
-    "bw_gb300": ("validate_blackwell", "", "gb300"),
+    "bw_gb300_fp8": ("validate_blackwell", "", "gb300", "fp8"),
+    "bw_mxfp8": ("validate_blackwell", "", "", "mxfp8"),
+    "bw_b200_mxfp8": ("validate_blackwell", "", "b200", "mxfp8"),
+    "bw_gb200_mxfp8": ("validate_blackwell", "", "gb200", "mxfp8"),
+    "bw_gb300_mxfp8": ("validate_blackwell", "", "gb300", "mxfp8"),
+    "bw_b300_mxfp8": ("validate_blackwell", "", "b300", "mxfp8"),
 }
-"""Row groups the README's accuracy section speaks of: (golden, id prefix, GPU)."""
+"""Row groups the README's accuracy section speaks of: (golden, id prefix, GPU, precision)."""
 
 _ROWS = {
     "tt_llama3_70b": ("validate_torchtitan", "torchtitan-llama3-70b-64g-a100-full"),
     "tt_llama2_70b": ("validate_torchtitan", "torchtitan-llama2-70b-64g-a100-full"),
     "tt_llama2_13b": ("validate_torchtitan", "torchtitan-llama2-13b-64g-a100-none"),
     "tt_llama3_8b": ("validate_torchtitan", "torchtitan-llama3-8b-64g-a100-selective-layer"),
+    "tt_llama3_8b_op": ("validate_torchtitan", "torchtitan-llama3-8b-64g-a100-selective-op"),
+    "tt_llama2_13b_op": ("validate_torchtitan", "torchtitan-llama2-13b-64g-a100-selective-op"),
+    "tt_llama2_13b_layer": ("validate_torchtitan",
+                            "torchtitan-llama2-13b-64g-a100-selective-layer"),
+    "tt_llama2_70b_op": ("validate_torchtitan", "torchtitan-llama2-70b-64g-a100-selective-op"),
+    "mf_weak_32b": ("validate_megatron_family", "megatronlm_h100_weak_32B"),
+    "moe_deepseek_v3_report": ("validate_moe", "deepseek_v3_report_h800_2048gpu"),
+    "moe_mixtral_gb200": ("validate_moe", "nemo2504_mixtral_8x7b_gb200_64gpu_fp8"),
+    "moe_a2a_overlap": ("validate_moe", "mz_qwen3_235b_h100_deepep_tp2_ep32_pp8_a2a_overlap"),
 }
 """Single rows the README quotes."""
 
