@@ -50,6 +50,7 @@ def test_dev_set_mape_is_at_most_ten_percent(catalog):
 LLAMA2_70B_OP = "torchtitan-llama2-70b-64g-a100-selective-op"
 
 
+@pytest.mark.slow
 def test_torchtitan_fsdp2_runs_outside_the_dev_set_within_ten_percent(catalog):
     """torchtitan's published FSDP2 throughput on 64 A100 (Llama 2 13B without recompute,
     recomputing every other layer and with per-op recompute, Llama 2 and 3 70B with full
@@ -63,6 +64,7 @@ def test_torchtitan_fsdp2_runs_outside_the_dev_set_within_ten_percent(catalog):
         assert abs(o.error) <= 0.10, o
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="Llama 2 70B with per-op recompute at local batch 1 runs "
                    "at the same MFU as full recompute at batch 2 (50.8% and 50.5%); predicted "
                    "12.6% fast. The source notes that batch 2 runs out of memory with selective "
@@ -108,6 +110,7 @@ def test_a_node_column_runs_the_row_on_that_node(catalog):
     assert row_config(dict(bloom, node=""), catalog).cluster.node.name == "dgx-a100"
 
 
+@pytest.mark.slow
 def test_bloom_176b_within_twelve_percent_of_its_logged_iteration(catalog):
     """tr11-176B-ml's log: 104.70 s per iteration (GBS 2048, TP 4, PP 12, DP 8, MBS 2) with
     unfused attention on Omni-Path nodes."""
