@@ -100,6 +100,16 @@ _ROWS = {
     "moe_deepseek_v3_report": ("validate_moe", "deepseek_v3_report_h800_2048gpu"),
     "moe_mixtral_gb200": ("validate_moe", "nemo2504_mixtral_8x7b_gb200_64gpu_fp8"),
     "moe_a2a_overlap": ("validate_moe", "mz_qwen3_235b_h100_deepep_tp2_ep32_pp8_a2a_overlap"),
+    "lc_llama3_128k": ("validate_long_context", "llama3_herd_405b_128k_16384gpu"),
+    "lc_tt405_128k": ("validate_long_context", "torchtitan_llama3_405b_512gpu_fsdp2_cp4"),
+    "lc_tt405_256k": ("validate_long_context", "torchtitan_llama3_405b_512gpu_fsdp1_cp8"),
+    "lc_tt8_128k": ("validate_long_context", "torchtitan_llama3_8b_8gpu_fsdp2_cp4"),
+    "lc_tt8_256k": ("validate_long_context", "torchtitan_llama3_8b_8gpu_fsdp1_cp8"),
+    "lc_nemo_4k": ("validate_long_context", "nemo_llama2_7b_h100_4k_cp1"),
+    "lc_nemo_32k": ("validate_long_context", "nemo_llama2_7b_h100_32k_cp2"),
+    "lc_nemo_1m": ("validate_long_context", "nemo_llama2_7b_h100_1024k_cp32"),
+    "lc_qwen_16k": ("validate_long_context", "mz_qwen3_235b_h100_16k_cp1"),
+    "lc_qwen_128k": ("validate_long_context", "mz_qwen3_235b_h100_128k_cp8"),
 }
 """Single rows the README quotes."""
 
