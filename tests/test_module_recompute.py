@@ -7,7 +7,9 @@ import pytest
 
 from clustersim.hardware_specs import OpClass, SpecError
 from clustersim.workloads import Job, Strategy, TrainingSpec
-from clustersim.workloads.layer_ops import LayerOps, mla_up_proj_flops_per_token
+from clustersim.workloads.builder import build_trace
+from clustersim.workloads.layer_ops import (LayerOps, mla_up_proj_flops_per_token,
+                                            moe_block_gemm_params)
 from clustersim.workloads.memory import layer_activation_bytes
 from clustersim.workloads.model import from_mapping
 from clustersim.workloads.strategy import Recompute, RecomputeModule, strategy_from_mapping
@@ -80,3 +82,52 @@ def test_mla_up_proj_needs_latent_attention():
                           "v_head_dim")}
     with pytest.raises(SpecError, match="strategy.recompute_modules: mla_up_proj needs"):
         Job(from_mapping(dense), TRAINING, _strategy(UP)).checked(8)
+
+
+MOE = RecomputeModule.MOE
+
+
+def test_moe_recompute_keeps_only_the_blocks_input():
+    """Megatron-Core's ``--recompute-modules moe`` checkpoints the whole MoE layer: the routed
+    copies of each token and every expert intermediate (shared experts' too) leave the stored
+    activations; the router's input stays (it is the block's input)."""
+    m, e = from_mapping(SMALL_DEEPSEEK), TRAINING.precision.activation_bytes
+    tokens = TRAINING.micro_batch * TRAINING.seq_len
+    saved = (layer_activation_bytes(m, TRAINING, _strategy(), 3)
+             - layer_activation_bytes(m, TRAINING, _strategy(MOE), 3))
+    width = m.top_k * m.expert_ffn + m.shared_experts * m.shared_ffn
+    assert saved == pytest.approx(e * tokens * (m.top_k * m.hidden + 3 * width))
+    # moe_act is part of the block: naming both saves what moe alone saves.
+    both = (layer_activation_bytes(m, TRAINING, _strategy(), 3)
+            - layer_activation_bytes(m, TRAINING, _strategy(MOE, ACT), 3))
+    assert both == pytest.approx(saved)
+    # A dense first layer has no block to recompute.
+    assert (layer_activation_bytes(m, TRAINING, _strategy(MOE), 0)
+            == layer_activation_bytes(m, TRAINING, _strategy(), 0))
+
+
+def test_moe_recompute_reruns_the_block_with_its_all_to_alls_before_its_backward():
+    job = _job(MOE)
+    ops = LayerOps(job.model, job.training, job.strategy)
+    block = ops.moe_recompute(3)
+    forward = ops.forward(3).mlp
+    assert [k.name for k in block] == [k.name for k in forward][1:-1]   # not norm2, residual2
+    assert ops.recompute(3).mlp == () and ops.moe_recompute(0) == ()
+    trace = build_trace(job)
+    names = [op.name for p in trace.programs for op in p.ops]
+    assert "bwd0.layer3.moe_recompute.ep_dispatch" in names
+    assert "bwd0.layer3.moe_recompute.ep_combine" in names
+    assert not any("layer0.moe_recompute" in n for n in names)
+    plain = _job()
+    per_token = 2.0 * moe_block_gemm_params(job.model)
+    assert job.hardware_flops_per_step - plain.hardware_flops_per_step == pytest.approx(
+        per_token * job.model.moe_layers * TRAINING.tokens_per_step)
+
+
+def test_moe_recompute_needs_a_mixture_of_experts():
+    dense = {k: v for k, v in SMALL_DEEPSEEK.items()
+             if k not in ("num_experts", "top_k", "moe_ffn_hidden", "shared_experts",
+                          "first_dense_layers")}
+    with pytest.raises(SpecError, match="strategy.recompute_modules: moe needs a mixture"):
+        Job(from_mapping(dense), TRAINING, Strategy(dp=8, recompute=Recompute.MODULES,
+                                                   recompute_modules=(MOE,))).checked(8)

@@ -59,7 +59,8 @@ class StageBuilder:
         kind = self.stage.model.layer_kind(layer)
         if kind not in self._work:
             k = self.stage.kernels
-            self._work[kind] = (k.forward(layer), k.backward(layer), k.recompute(layer))
+            self._work[kind] = (k.forward(layer), k.backward(layer), k.recompute(layer),
+                                k.moe_recompute(layer))
         return self._work[kind]
 
     # --- a layer -------------------------------------------------------------------------
@@ -79,8 +80,11 @@ class StageBuilder:
             deps = ((yield from self.layer_forward(micro, layer, layers, Phase.RECOMPUTE,
                                                    deps)),)
         tag = f"bwd{micro}.layer{layer}"
-        _, backward, recompute = self.work(layer)
+        _, backward, recompute, moe_block = self.work(layer)
         attention, mlp_work = backward.attention, backward.mlp
+        if moe_block:   # the MoE block's forward, dispatch and combine included, reruns first
+            deps = ((yield from self.expert.mlp(f"{tag}.moe_recompute", Phase.RECOMPUTE,
+                                                moe_block, deps)),)
         if strategy.recompute is Recompute.SELECTIVE:
             attention = recompute.attention + attention
         elif strategy.recompute is Recompute.MODULES:

@@ -218,12 +218,25 @@ class LayerOps:
         if mode is Recompute.MODULES:
             names = {n for module in self.strategy.recompute_modules
                      for n in MODULE_KERNELS[module]}
+            block = {k.name for k in self.moe_recompute(layer)}   # rerun as a block of its own
             fwd = self.forward(layer)
-            return LayerWork(*(tuple(k for k in part if k.name.split(".")[0] in names)
+            return LayerWork(*(tuple(k for k in part if k.name.split(".")[0] in names
+                                     and k.name not in block)
                                for part in (fwd.attention, fwd.mlp)))
         if mode is Recompute.SELECTIVE and self.training.attention is AttentionKernel.STANDARD:
             return LayerWork(self.attention_core(layer), ())
         return LayerWork((), ())
+
+    def moe_recompute(self, layer: int | None = None) -> tuple[Kernel, ...]:
+        """The MoE block's forward, rerun before its backward under ``recompute_modules:
+        moe``: a MoE layer's MLP kernels but its norm and residual (empty otherwise). The
+        builder runs it with its dispatch and combine, as the forward does."""
+        s = self.strategy
+        if (s.recompute is not Recompute.MODULES or RecomputeModule.MOE not in s.recompute_modules
+                or not self.model.is_moe_layer(self._layer(layer))):
+            return ()
+        return tuple(k for k in self.forward(layer).mlp
+                     if k.name.split(".")[0] not in MOE_BLOCK_EDGES)
 
     def _op_recompute(self, layer: int | None) -> LayerWork:
         """Per-op recompute: the forward's element-wise kernels, the attention core unless a
@@ -323,11 +336,17 @@ def layer_gemm_params(model: TransformerSpec, layer: int) -> float:
         attention = q + kv + m.attn_out_dim * h
     else:
         attention = h * (m.q_dim + m.kv_dim + m.v_dim) + m.attn_out_dim * h
-    mats = 3 if m.mlp is Mlp.SWIGLU else 2
     if m.is_moe_layer(layer):
-        width = m.top_k * m.expert_ffn + m.shared_experts * m.shared_ffn
-        return attention + m.hidden * m.num_experts + mats * m.hidden * width
-    return attention + mats * m.hidden * m.ffn_hidden
+        return attention + moe_block_gemm_params(m)
+    return attention + (3 if m.mlp is Mlp.SWIGLU else 2) * m.hidden * m.ffn_hidden
+
+
+def moe_block_gemm_params(model: TransformerSpec) -> float:
+    """Weights one token of a MoE block multiplies: the router, its top_k routed experts and
+    the shared experts."""
+    m = model
+    width = m.top_k * m.expert_ffn + m.shared_experts * m.shared_ffn
+    return m.hidden * m.num_experts + (3 if m.mlp is Mlp.SWIGLU else 2) * m.hidden * width
 
 
 def layer_forward_flops(model: TransformerSpec, layer: int, seq_len: int) -> float:
@@ -383,8 +402,12 @@ MODULE_KERNELS = {
     RecomputeModule.LAYERNORM: ("norm1", "norm2", "q_norm", "kv_norm"),
     RecomputeModule.MLA_UP_PROJ: ("q_up", "kv_up", "qkv_layout", "rotary"),
     RecomputeModule.MOE_ACT: ("expert_act",),
+    RecomputeModule.MOE: (),
 }
-"""Forward kernels each recomputed module reruns (their FP8 casts with them)."""
+"""Forward kernels each recomputed module reruns (their FP8 casts with them); the MoE block
+reruns as a block of its own (``LayerOps.moe_recompute``)."""
+MOE_BLOCK_EDGES = ("norm2", "residual2")
+"""Kernels of a MoE layer's MLP part outside the MoE block that ``moe`` recompute reruns."""
 
 
 def mla_up_proj_flops_per_token(model: TransformerSpec) -> float:
@@ -399,7 +422,7 @@ def recompute_flops_per_token(model: TransformerSpec, seq_len: int, recompute: R
                               modules: tuple[RecomputeModule, ...] = ()) -> float:
     """Extra forward FLOPs per token that recomputation adds (full: every layer's forward;
     selective with unfused attention: the QK^T and AV products; modules: the MLA
-    up-projections, the other modules being element-wise)."""
+    up-projections and the MoE block's GEMMs, the other modules being element-wise)."""
     m = model
     if recompute is Recompute.FULL:
         return sum(layer_forward_flops(m, i, seq_len) for i in range(m.layers))
@@ -410,6 +433,11 @@ def recompute_flops_per_token(model: TransformerSpec, seq_len: int, recompute: R
         return gemms + (0.0 if attention.fused else core)
     if recompute is Recompute.SELECTIVE and attention is AttentionKernel.STANDARD:
         return core
-    if recompute is Recompute.MODULES and RecomputeModule.MLA_UP_PROJ in modules:
-        return m.layers * mla_up_proj_flops_per_token(m)
+    if recompute is Recompute.MODULES:
+        extra = 0.0
+        if RecomputeModule.MLA_UP_PROJ in modules:
+            extra += m.layers * mla_up_proj_flops_per_token(m)
+        if RecomputeModule.MOE in modules:
+            extra += m.moe_layers * 2.0 * moe_block_gemm_params(m)
+        return extra
     return 0.0

@@ -120,7 +120,10 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
             whole -= e * per * (m.q_lora_rank + m.kv_lora_rank)
     if RecomputeModule.MLA_UP_PROJ in modules:  # Q, K and V rebuilt from the latents
         split -= e * per * (m.q_dim + m.kv_dim + m.v_dim)
-    if RecomputeModule.MOE_ACT in modules and moe:   # the routed experts' fc2 inputs
+    if RecomputeModule.MOE in modules and moe:   # the block keeps only its input (above)
+        whole -= e * per * m.top_k * m.hidden
+        split -= e * per * ffn * (3 if m.mlp is Mlp.SWIGLU else 2)
+    elif RecomputeModule.MOE_ACT in modules and moe:   # the routed experts' fc2 inputs
         split -= e * per * m.top_k * m.expert_ffn
     core = 0.0
     if t.attention is AttentionKernel.STANDARD and st.recompute is Recompute.NONE:
@@ -238,6 +241,13 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
         activations = inflight_layer_sets(plan, st, micro) * per_layer + whole
     else:
         activations = inflight_layer_sets(plan, st, micro) * per_layer
+    if st.recompute is Recompute.MODULES and RecomputeModule.MOE in st.recompute_modules:
+        # The MoE block being recomputed holds its activations during its backward.
+        whole_block = replace(st, recompute_modules=tuple(
+            x for x in st.recompute_modules if x is not RecomputeModule.MOE))
+        activations += max((layer_activation_bytes(model, training, whole_block, i)
+                            - layer_activation_bytes(model, training, st, i)
+                            for i in plan.layer_ids), default=0.0)
     if plan.has_embedding:
         extra = (1.0 if model.dropout else 0.0) + (2 * e if model.embedding_norm else 0.0)
         inflight = micro if st.schedule is Schedule.GPIPE else min(st.pp, micro)

@@ -78,6 +78,10 @@ class RecomputeModule(enum.Enum):
     queries, keys and values attention reads are rebuilt from the stored latents."""
     MOE_ACT = "moe_act"
     """The routed experts' activation function (the input of their second GEMM)."""
+    MOE = "moe"
+    """The whole MoE block (router, permute, dispatch, experts, combine, unpermute, shared
+    experts): only its input is kept, and its forward, all-to-alls included, reruns just
+    before its backward (Megatron-Core's ``--recompute-modules moe``)."""
 
 
 class Offload(enum.Enum):
@@ -436,8 +440,9 @@ def _check_module_recompute(s: Strategy, model: TransformerSpec, path: str) -> N
     if RecomputeModule.MLA_UP_PROJ in s.recompute_modules and not model.is_mla:
         raise SpecError(field, "mla_up_proj needs multi-head latent attention "
                         "(model.kv_lora_rank)")
-    if RecomputeModule.MOE_ACT in s.recompute_modules and not model.is_moe:
-        raise SpecError(field, "moe_act needs a mixture-of-experts model")
+    for module in (RecomputeModule.MOE_ACT, RecomputeModule.MOE):
+        if module in s.recompute_modules and not model.is_moe:
+            raise SpecError(field, f"{module.value} needs a mixture-of-experts model")
 
 
 def _check_hsdp(s: Strategy, path: str) -> None:
