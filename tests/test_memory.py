@@ -98,3 +98,31 @@ def test_block_recompute_sits_between_none_and_full():
     extra = full.hardware_flops_per_step - none.hardware_flops_per_step
     assert half.hardware_flops_per_step - none.hardware_flops_per_step == pytest.approx(extra / 2)
     assert job(Recompute.FULL, 32).hardware_flops_per_step == full.hardware_flops_per_step
+
+
+@pytest.mark.parametrize("tp, sp", [(1, False), (4, False), (4, True)])
+def test_fp8_linear_layers_keep_their_fp8_inputs(tp, sp):
+    """Transformer Engine's FP8 Linear saves its FP8-cast input (1 byte) for the weight
+    gradient: the two norm outputs and fc2's input shrink from 2 bytes to 1, the attention
+    output is kept twice (the kernel's 16-bit output and the projection's FP8 copy)."""
+    from clustersim.workloads.training import Precision
+    m = PRESETS["llama3-8b"]
+    strategy = Strategy(tp=tp, sequence_parallel=sp)
+    bf16 = TrainingSpec(seq_len=4096, global_batch=8)
+    fp8 = TrainingSpec(seq_len=4096, global_batch=8, precision=Precision.FP8)
+    sbh = 4096 * m.hidden
+    norms = 2 * sbh / (tp if sp else 1)                       # 2 tensors, 1 byte saved each
+    split = 4096 * (m.ffn_hidden - m.attn_out_dim) / tp       # fc2 input less, projection copy more
+    saved = (layer_activation_bytes(m, bf16, strategy)
+             - layer_activation_bytes(m, fp8, strategy))
+    assert saved == pytest.approx(norms + split, rel=1e-12)
+
+
+def test_torchao_float8_keeps_16_bit_inputs():
+    from clustersim.workloads.training import Precision
+    m = PRESETS["llama3-8b"]
+    bf16 = TrainingSpec(seq_len=4096, global_batch=8)
+    torchao = TrainingSpec(seq_len=4096, global_batch=8, precision=Precision.FP8,
+                           fp8_saved_inputs=False)
+    assert (layer_activation_bytes(m, torchao, Strategy())
+            == layer_activation_bytes(m, bf16, Strategy()))

@@ -38,6 +38,15 @@ def test_software_era_follows_the_source_date():
     assert software_of({"source": "arXiv 2104.04473", "attention": "flash"})["attention"] == "flash"
 
 
+def test_torchtitan_fp8_rows_keep_16_bit_linear_inputs():
+    """torchtitan's float8 is torchao's, which saves the 16-bit input for the backward."""
+    row = {"source": "pytorch/torchtitan benchmarks", "precision": "fp8"}
+    assert software_of(row) == {"fp8_saved_inputs": "false"}
+    assert software_of({**row, "precision": "bf16"}) == {}
+    assert "fp8_saved_inputs" not in software_of({"source": "NVIDIA Megatron-Bridge",
+                                                  "precision": "fp8"})
+
+
 @pytest.mark.slow
 def test_dev_set_mape_is_at_most_ten_percent(catalog):
     outcomes = validate_rows(RUNS, catalog)

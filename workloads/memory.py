@@ -31,7 +31,8 @@ from clustersim.workloads.stages import StagePlan, stage_plans
 from clustersim.workloads.strategy import (
     Offload, Recompute, RecomputeModule, Schedule, Strategy, Zero3Granularity, micro_batches,
 )
-from clustersim.workloads.training import AttentionKernel, TrainingSpec
+from clustersim.workloads.fp8 import MX_SCALE_BYTES
+from clustersim.workloads.training import AttentionKernel, Fp8Recipe, Precision, TrainingSpec
 
 GIB = 2.0**30
 """Bytes in a gibibyte (IEC 80000-13): the one memory unit of every output."""
@@ -84,7 +85,10 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
     ``layer`` picks the layer where they differ (None: the last). MLA keeps its query and
     key/value latents (replicated, as its down-projections are), Q and K of head_dim and V of
     v_head_dim per head; a MoE layer keeps each routed copy of a token as its expert's input,
-    the experts' (top_k of them) and shared experts' intermediates.
+    the experts' (top_k of them) and shared experts' intermediates. Under FP8 with
+    ``fp8_saved_inputs`` the linear layers keep their FP8-cast inputs (``linear_input_bytes``)
+    where 16-bit training keeps the 16-bit tensor; the attention kernel, the norms, the router
+    and the activation function keep theirs in 16 bits, so the attention output is held twice.
     """
     m, t, st = model, training, strategy
     if st.recompute is Recompute.FULL:
@@ -95,36 +99,42 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
     i = m.layers - 1 if layer is None else layer
     tp, sp = st.tp, st.sequence_parallel
     e = t.precision.activation_bytes
+    f = linear_input_bytes(t)                  # a linear layer's saved input
     sbh = _sbh(m, t, st)                       # s b h on this device's sequence shard
     per = sbh / m.hidden                       # s b
     mask = 1.0 if m.dropout else 0.0           # dropout masks: 1 byte per element
     moe = m.is_moe_layer(i)
     ffn = (m.top_k * m.expert_ffn + m.shared_experts * m.shared_ffn) if moe else m.ffn_hidden
     # Kept whole on each TP rank unless sequence parallelism splits them: the inputs of the two
-    # norms, of the QKV GEMM and of fc1 (or the router), and the two dropout masks.
-    replicated = (4 * e + 2 * mask) * sbh
+    # norms, of the QKV GEMM and of fc1 (or of the router, which stays 16-bit), and the two
+    # dropout masks.
+    fed = (f, e if moe else f)                 # QKV input, fc1 or router input
+    replicated = (2 * e + sum(fed) + 2 * mask) * sbh
     # Split over TP:
     split = (e * per * (m.q_dim + m.kv_dim)    # Q and K for QK^T
              + e * per * m.v_dim               # V
-             + e * per * m.attn_out_dim)       # attention-projection input
-    split += e * per * ffn * (3 if m.mlp is Mlp.SWIGLU else 2)   # gate/up outputs, fc2 input
+             + e * per * m.attn_out_dim)       # attention output (the kernel's backward)
+    if f != e:                                 # the projection's own FP8 copy of it
+        split += f * per * m.attn_out_dim
+    mlp = per * ffn * ((2 * e if m.mlp is Mlp.SWIGLU else e) + f)   # fc1 outputs, fc2 input
+    split += mlp
     whole = 0.0
-    if m.is_mla:   # latents in and out of their norms, on every TP rank
-        whole += 2 * e * per * (m.q_lora_rank + m.kv_lora_rank)
+    if m.is_mla:   # latents into their norms, and the norms' outputs into the up-projections
+        whole += (e + f) * per * (m.q_lora_rank + m.kv_lora_rank)
     if moe:        # each token's copy for each of its experts (expert TP keeps rows whole)
-        whole += e * per * m.top_k * m.hidden
+        whole += f * per * m.top_k * m.hidden
     modules = st.recompute_modules if st.recompute is Recompute.MODULES else ()
     if RecomputeModule.LAYERNORM in modules:   # norm outputs rebuilt from their inputs
-        replicated -= 2 * e * sbh
+        replicated -= sum(fed) * sbh
         if m.is_mla:
-            whole -= e * per * (m.q_lora_rank + m.kv_lora_rank)
+            whole -= f * per * (m.q_lora_rank + m.kv_lora_rank)
     if RecomputeModule.MLA_UP_PROJ in modules:  # Q, K and V rebuilt from the latents
         split -= e * per * (m.q_dim + m.kv_dim + m.v_dim)
     if RecomputeModule.MOE in modules and moe:   # the block keeps only its input (above)
-        whole -= e * per * m.top_k * m.hidden
-        split -= e * per * ffn * (3 if m.mlp is Mlp.SWIGLU else 2)
+        whole -= f * per * m.top_k * m.hidden
+        split -= mlp
     elif RecomputeModule.MOE_ACT in modules and moe:   # the routed experts' fc2 inputs
-        split -= e * per * m.top_k * m.expert_ffn
+        split -= f * per * m.top_k * m.expert_ffn
     core = 0.0
     if t.attention is AttentionKernel.STANDARD and st.recompute is Recompute.NONE:
         scores = per * m.heads * t.seq_len    # b a s_local s
@@ -132,6 +142,20 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
     elif t.attention.fused:
         core = 4.0 * per * m.heads            # FP32 log-sum-exp per query and head
     return replicated / (tp if sp else 1) + whole + (split + core) / tp
+
+
+def linear_input_bytes(training: TrainingSpec) -> float:
+    """Bytes per element of the input a linear layer saves for its weight gradient.
+
+    Transformer Engine's FP8 ``Linear`` saves the FP8 copy it cast for the forward GEMM (only
+    its column-wise data with MXFP8, plus one scale byte per 32 elements; TE ``linear.py``,
+    "Cached input tensor"), as DeepSeek-V3's framework does (arXiv 2412.19437, sec. 3.3.3);
+    torchao's ``Float8Linear`` (torchtitan) saves the 16-bit input (``save_for_backward(input_hp,
+    weight_hp_t)``) and casts again in the backward, as do 16-bit runs."""
+    e = training.precision.activation_bytes
+    if training.precision is not Precision.FP8 or not training.fp8_saved_inputs:
+        return e
+    return 1.0 + (MX_SCALE_BYTES / 2 if training.fp8_recipe is Fp8Recipe.MXFP8 else 0.0)
 
 
 def _op_saved_bytes(model: TransformerSpec, training: TrainingSpec, strategy: Strategy) -> float:

@@ -92,6 +92,10 @@ class TrainingSpec:
     fp8_param_gather: bool = False
     """Weights kept and all-gathered in FP8 (Megatron ``--fp8-param-gather``, FSDP2's float8
     all-gather in torchtitan): no per-step weight cast, half the gathered bytes."""
+    fp8_saved_inputs: bool = True
+    """Linear layers keep their FP8-cast inputs for the backward pass (Transformer Engine,
+    Megatron-Core, NeMo); false for torchao's float8 (torchtitan), which keeps the 16-bit
+    inputs and casts them again in the backward."""
     moe: MoeRouting = MoeRouting()
     """How a mixture of experts routes: capacity factor (dropless by default), expert skew."""
 
@@ -104,6 +108,7 @@ class TrainingSpec:
                 "micro_batch": self.micro_batch, "precision": self.precision.value,
                 "optimizer": self.optimizer.value, "attention": self.attention.value,
                 "fp8_recipe": self.fp8_recipe.value, "fp8_param_gather": self.fp8_param_gather,
+                "fp8_saved_inputs": self.fp8_saved_inputs,
                 "moe": {"capacity_factor": self.moe.capacity_factor,
                         "pad_to_capacity": self.moe.pad_to_capacity,
                         "expert_skew": self.moe.expert_skew}}
@@ -120,10 +125,11 @@ def training_from_mapping(data: Mapping, path: str = "training") -> TrainingSpec
         attention=f.choice("attention", AttentionKernel, AttentionKernel.FLASH),
         fp8_recipe=f.choice("fp8_recipe", Fp8Recipe, Fp8Recipe.DELAYED),
         fp8_param_gather=f.boolean("fp8_param_gather", False),
+        fp8_saved_inputs=f.boolean("fp8_saved_inputs", True),
         moe=_routing(f.sub("moe")),
     )
     f.done()
-    fp8_only = [k for k in ("fp8_recipe", "fp8_param_gather") if f.has(k)]
+    fp8_only = [k for k in ("fp8_recipe", "fp8_param_gather", "fp8_saved_inputs") if f.has(k)]
     if fp8_only and spec.precision is not Precision.FP8:
         raise SpecError(f"{path}.{fp8_only[0]}", f"needs precision: fp8, got "
                         f"{spec.precision.value}")

@@ -5,8 +5,9 @@ kv_heads, vocab, mlp, seq_len, global_batch, micro_batch, gpu, num_gpus, gpus_pe
 dp, cp, ep, sequence_parallel, zero, recompute, virtual_stages, precision, measured_step_time_s,
 step_time_basis, measured_peak_memory_gib, notes; optional: recompute_layers, attention,
 zero3_granularity, zero3_prefetch, tp_comm_overlap, overlap_param_gather, fp8_recipe,
-fp8_param_gather (absent: the software of the source's date, see ``software_of``; overlaps off;
-delayed FP8 scaling with 16-bit weights), ep_dispatcher (absent: alltoall), etp
+fp8_param_gather, fp8_saved_inputs (absent: the software of the source's date, see
+``software_of``; overlaps off; delayed FP8 scaling with 16-bit weights; FP8 inputs saved,
+except torchtitan's torchao float8), ep_dispatcher (absent: alltoall), etp
 (absent: tp), cp_algorithm and cp_a2a (absent: ring), schedule (absent: 1f1b, or interleaved
 with virtual_stages > 1), moe_a2a_overlap, account_for_embedding_in_pipeline_split and
 account_for_loss_in_pipeline_split (absent: false), recompute_modules (with recompute
@@ -102,7 +103,9 @@ def software_of(row: dict) -> dict:
     if date is not None and date < PYTORCH_FSDP:
         out["zero3_granularity"] = "tensor"
         out["zero3_prefetch"] = "none"
-    for key in ("attention", "zero3_granularity", "zero3_prefetch"):
+    if "torchtitan" in _cell(row, "source").lower() and _cell(row, "precision") == "fp8":
+        out["fp8_saved_inputs"] = "false"     # torchao's float8 keeps 16-bit inputs
+    for key in ("attention", "zero3_granularity", "zero3_prefetch", "fp8_saved_inputs"):
         if _cell(row, key):
             out[key] = _cell(row, key)
     return out
@@ -164,6 +167,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "precision": _cell(row, "precision", "bf16"),
         "attention": software.get("attention", "flash"),
         **{key: _cell(row, key) for key in ("fp8_recipe", "fp8_param_gather") if _cell(row, key)},
+        **{key: software[key] for key in ("fp8_saved_inputs",) if key in software},
     })
     v = _int(row, "virtual_stages", 1)
     strategy = strategy_from_mapping({
