@@ -1,20 +1,17 @@
-"""Cloud instances in the catalog: each one simulates, and the published EFA and TCPXO
-nccl-tests sweeps replayed against the network model (issue 19, item 1)."""
+"""Cloud instances in the catalog: each one is sourced and simulates (issue 19, item 1); their
+published nccl-tests sweeps are replayed in tests/test_multinode_sweeps.py."""
 
-import csv
 import math
 
 import pytest
 
 from clustersim.analysis.api import simulate
-from clustersim.analysis.validation.collectives import measure
 from clustersim.hardware_specs.node import NicKind
 from clustersim.hardware_specs.topology import Topology
 from clustersim.simulator.cost.collectives import Protocol
 from clustersim.simulator.cost.network import NetworkModel
 from clustersim.workloads.trace import CollectiveKind
 
-from tests.conftest import REPO
 
 CLOUD = {"aws-p4d-24xlarge": "a100-40gb", "aws-p4de-24xlarge": "a100-80gb",
          "aws-p5-48xlarge": "h100-sxm", "aws-p5en-48xlarge": "h200",
@@ -73,64 +70,4 @@ def test_efa_plans_only_the_simple_protocol_across_nodes(catalog):
     assert Protocol.LL in protocols("dgx-h100", "h100-sxm")
 
 
-# ---- published EFA and TCPXO sweeps (analysis/data/collectives_multinode_sweeps.csv), 2 x 8 GPUs
-ROWS = list(csv.DictReader((REPO / "analysis/data/collectives_multinode_sweeps.csv").open()))
-SYSTEMS = {"AWS p4d.24xlarge": "aws-p4d-24xlarge", "AWS p4de.24xlarge": "aws-p4de-24xlarge",
-           "AWS p5.48xlarge": "aws-p5-48xlarge", "GCP A3 Mega": "gcp-a3-megagpu-8g"}
-SOURCES = {"awsdocs/aws-deep-learning-amis": "dlami-2021", "AWS DLAMI Developer Guide": "dlami-live",
-           "aws-efa-eks": "eks-2022", "awsome-distributed-training": "awsome-2024",
-           "create-a3mega-ztan-fork": "ztan-2025"}
-
-
-# Rows the model misses, by mechanism (measured on this commit; the errors print on failure):
-#  - p5 from 1 GiB runs NVLSTree (NVLS inside the node, a tree of the two nodes: half a ring's
-#    network bytes), within 13% (simulator/cost/nvls_tree.py). From 1 to 512 MiB the modelled
-#    NVLSTree is 23-120% too fast: its cost at mid sizes is not known (the same shape shows on
-#    InfiniBand, tests/test_network.py), and the model picks it where it is not faster.
-#  - p4d/p4de from 64 MiB (DLAMI live page, awsome 2024): busbw 73-78 GB/s exceeds the 50 GB/s
-#    of 4x100 Gb/s: a two-node tree's traffic (half the ring's); the model's tree carries the
-#    ring's bytes (46 GB/s). The 2021/2022 runs (older NCCL) stay near the ring and match.
-#  - A3 Mega (GPUDirect-TCPXO, 8 x 200 Gb/s): from 1 GiB within 6% (NVLSTree); from 1 to 512 MiB
-#    the model is 19-470% too fast: TCPXO's per-message cost (TCP offload to the NIC's data path,
-#    with the host thread in the loop) is not modelled, and no NCCL protocol limit of its plugin
-#    was found, so the model also runs LL/LL128 across it.
-#  - below 64 MiB: with Simple only (net_simple_protocol_only) the model is still 1.2-3x too
-#    fast (p4d 1 MiB +124% to +166%). The network hop latency is NCCL's InfiniBand figure;
-#    EFA/SRD's own per-message cost is not published as a number (aws-ofi-nccl declares 75 us
-#    of "internode latency" for p4d/p5 to NCCL's tuner, src/platform-aws.cpp, a tuning input:
-#    the measured 1 MiB all-reduce takes 123 us in all, less than its two hops would).
-WITHIN = {  # the rows the model meets today; every other row is a strict xfail
-    "aws-p4d-24xlarge-dlami-live-32MiB", "aws-p4d-24xlarge-dlami-live-64MiB",
-    "aws-p4de-24xlarge-awsome-2024-32MiB", "aws-p4de-24xlarge-awsome-2024-64MiB",
-    "aws-p4d-24xlarge-eks-2022-512MiB", "aws-p4d-24xlarge-eks-2022-1024MiB",
-    "aws-p4d-24xlarge-eks-2022-2048MiB", "aws-p4d-24xlarge-eks-2022-4096MiB",
-    "aws-p5-48xlarge-awsome-2024-1024MiB", "aws-p5-48xlarge-awsome-2024-2048MiB",
-    "aws-p5-48xlarge-awsome-2024-4096MiB", "aws-p5-48xlarge-awsome-2024-8192MiB",
-    "aws-p5-48xlarge-awsome-2024-16384MiB",
-    "gcp-a3-megagpu-8g-ztan-2025-1024MiB", "gcp-a3-megagpu-8g-ztan-2025-2048MiB",
-    "gcp-a3-megagpu-8g-ztan-2025-4096MiB", "gcp-a3-megagpu-8g-ztan-2025-8192MiB"}
-MISSING = ("model lacks a mechanism: NVLSTree's cost at mid sizes, the 2-node tree's traffic "
-           "on p4d, and EFA's per-message cost (see the comment above)")
-
-
-def _cloud_rows():
-    for r in ROWS:
-        system = next((n for s, n in SYSTEMS.items() if r["system"].startswith(s)), None)
-        if system and int(r["message_bytes"]) >= 2**20:
-            src = next(v for k, v in SOURCES.items() if k in r["source"])
-            rid = f"{system}-{src}-{int(r['message_bytes']) >> 20}MiB"
-            marks = () if rid in WITHIN else pytest.mark.xfail(strict=True, reason=MISSING)
-            yield pytest.param(r, system, id=rid, marks=marks)
-
-
-@pytest.mark.parametrize(("row", "system"), list(_cloud_rows()))
-def test_cloud_sweep_busbw_within_15_percent_from_64_mib_and_30_from_1_mib(catalog, row, system):
-    """busbw of a 2 x 8 GPU all_reduce on the instance, against the published nccl-tests line."""
-    size = int(row["message_bytes"])
-    cluster = catalog.cluster(device=catalog.nodes[system].device, num_devices=int(row["gpus"]),
-                              node=system)
-    predicted = measure(cluster, row["collective"], int(row["gpus"]), float(size)).busbw_gbps
-    measured = float(row["busbw_gbps"])
-    print(f"{system} {size >> 20} MiB: measured {measured:.2f} GB/s, model {predicted:.2f} GB/s, "
-          f"error {predicted / measured - 1:+.1%}")
-    assert predicted == pytest.approx(measured, rel=0.15 if size >= 64 * 2**20 else 0.30)
+# The published EFA and TCPXO sweeps on these instances: tests/test_multinode_sweeps.py.

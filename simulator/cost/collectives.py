@@ -214,6 +214,12 @@ class Plan:
     intra_s: float
     loads: tuple[tuple[Link, float], ...]
     """Network bytes per link, over all concurrent group instances."""
+    fill_s: float = 0.0
+    """The part of ``latency_s`` that is a chunk pipeline filling (``chunk_pipeline.py``):
+    physical time NCCL's tuner does not model."""
+    rated_s: float | None = None
+    """Bandwidth time as NCCL's tuner rates the plan, where it differs from the physical one
+    (``tree_plan.py``); None: the physical one."""
 
     def network_s(self, topology: Topology) -> float:
         return max((b / topology.capacity(link) for link, b in self.loads), default=0.0)
@@ -231,7 +237,18 @@ class Plan:
         (default: the same)."""
         intra = factor if intra_factor is None else intra_factor
         return Plan(self.algorithm, self.protocol, self.latency_s, self.intra_s * intra,
-                    tuple((l, b * factor) for l, b in self.loads))
+                    tuple((l, b * factor) for l, b in self.loads), self.fill_s,
+                    None if self.rated_s is None else self.rated_s * factor)
+
+    def with_fill(self, fill_s: float) -> "Plan":
+        """The same plan paying ``fill_s`` more of pipeline fill."""
+        return Plan(self.algorithm, self.protocol, self.latency_s + fill_s, self.intra_s,
+                    self.loads, self.fill_s + fill_s, self.rated_s)
+
+    def rated(self, rated_s: float) -> "Plan":
+        """The same plan, rated by NCCL's tuner at ``rated_s`` of bandwidth time."""
+        return Plan(self.algorithm, self.protocol, self.latency_s, self.intra_s, self.loads,
+                    self.fill_s, rated_s)
 
 
 class CollectivePlanner:

@@ -1,8 +1,9 @@
 """Communication times on one cluster: NCCL's tuner over the algorithms of ``collectives.py``.
 
-``NetworkModel`` picks, for each collective, the algorithm and protocol with the smallest
-uncontended time, as NCCL's tuner does (``src/graph/tuning.cc``), unless the config overrides
-the algorithm for that kind of collective. It answers with a :class:`Plan` (latency, NVLink
+``NetworkModel`` picks, for each collective, the algorithm and protocol NCCL's tuner predicts
+fastest from its own model (``nccl_tuner.py``), unless the config overrides the algorithm for
+that kind of collective, and costs the one picked physically (``tree_plan.py``, ``nvls_tree.py``:
+traffic and the chunk pipeline's fill). It answers with a :class:`Plan` (latency, NVLink
 time, network link loads) that the engine either turns into a fixed duration (``analytic``)
 or runs through the flow model where concurrent transfers share links (``flow``).
 """
@@ -14,11 +15,14 @@ from collections.abc import Mapping
 from clustersim.hardware_specs import ClusterSpec
 from clustersim.hardware_specs.topology import Topology
 from clustersim.simulator.cost.collectives import (
-    COPY_KERNEL_S, Algorithm, CollectivePlanner, Plan, Protocol, bus_factor,
+    ARCH_OF_SCALE_UP, COLL_CHANNELS, COPY_KERNEL_S, Algorithm, CollectivePlanner, Plan,
+    Protocol, bus_factor,
 )
 from clustersim.simulator.cost.expert_dispatch import ExpertDispatchPlanner
 from clustersim.simulator.cost.interfaces import Instances
+from clustersim.simulator.cost.nccl_tuner import predicted_s
 from clustersim.simulator.cost.nvls_tree import nvls_tree_plan
+from clustersim.simulator.cost.tree_plan import tree_plan
 from clustersim.workloads.trace import CollectiveKind, Dispatcher, TokenRouting
 
 __all__ = ["Algorithm", "Instances", "NetworkModel", "Plan", "Protocol", "bus_factor"]
@@ -48,7 +52,8 @@ class NetworkModel:
         key = (kind, nbytes, instances)
         hit = self._plans.get(key)
         if hit is None:
-            candidates = self.planner.plans(kind, nbytes, instances)
+            candidates = [tree_plan(self.planner, p, kind, nbytes, instances)
+                          for p in self.planner.plans(kind, nbytes, instances)]
             if kind is CollectiveKind.ALL_REDUCE:
                 tree = nvls_tree_plan(self.planner, nbytes, instances)
                 candidates = candidates + ([tree] if tree is not None else [])
@@ -59,9 +64,18 @@ class NetworkModel:
                 candidates = ([p for p in candidates if p.algorithm is forced]
                               or [p for p in candidates if p.algorithm is Algorithm.RING]
                               or candidates)
-            hit = self._plans[key] = min(
-                candidates, key=lambda p: p.time_given(self.planner.network_s(p)))
+            hit = self._plans[key] = self._chosen(kind, nbytes, instances, candidates)
         return hit
+
+    def _chosen(self, kind: CollectiveKind, nbytes: float, instances: Instances,
+                candidates: list[Plan]) -> Plan:
+        """The candidate NCCL's tuner predicts fastest (``nccl_tuner.predicted_s``)."""
+        generation = self.cluster.device.scale_up_generation
+        context = dict(ranks=len(instances[0]), nodes=len(self.planner.nodes_of(instances[0])),
+                       channels=COLL_CHANNELS.get(generation, 16),
+                       ampere_or_later=ARCH_OF_SCALE_UP.get(generation) != "volta")
+        return min(candidates, key=lambda p: predicted_s(p, kind, nbytes, self.planner.network_s(p),
+                                                         **context))
 
     def collective_time(self, kind: CollectiveKind, nbytes: float, instances: Instances,
                         per_rank_copies: bool = False,

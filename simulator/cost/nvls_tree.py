@@ -17,7 +17,13 @@ result to the node's GPUs. The network carries node partials, not every rank's d
 
 The NVLink part is the one-node NVLS all-reduce's (``collectives.py``: the port fraction
 ``nvls_efficiency`` and the per-loop cost fitted on one 8x H100 node); the latency adds NCCL's
-network hop for NVLSTree, twice per tree level.
+network hop for NVLSTree, twice per tree level, and the chunk pipeline's fill
+(``chunk_pipeline.py``): a round (every channel's heads' chunks) passes the switch's reduction,
+each network level up and down, and the switch's multicast, 2 + 2 log2(nodes) stages that hand
+on whole network steps. On two nodes that is three rounds more than the bandwidth term counts:
+NVIDIA/nccl-tests#309's two 8x H100 nodes (defaults, NVLSTree) take 130-160 us more than
+their large-message rate and NVLSTree's latency from 64 MiB, two to three rounds of 128 KiB
+x 16 channels x 8 heads at that rate.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import math
 from collections import defaultdict
 
 from clustersim.hardware_specs.topology import Link
+from clustersim.simulator.cost.chunk_pipeline import pipeline_fill_s
 from clustersim.simulator.cost.collectives import (
     NVLS_CHANNELS, NVLS_LATENCY_S, NVLS_LOOP_OVERHEAD_S, NVLS_MIN_RANKS, Algorithm,
     CollectivePlanner, Plan, Protocol,
@@ -76,9 +83,12 @@ def nvls_tree_plan(planner: CollectivePlanner, nbytes: float,
                 for link in topology.path(src, dst):
                     loads[link] += share
     levels = math.ceil(math.log2(len(nodes)))
-    loops = math.ceil(nbytes / (NVLS_CHANNELS * per_node
-                                * nvls_tree_chunk_bytes(nbytes, per_node, len(nodes))))
+    round_bytes = NVLS_CHANNELS * per_node * nvls_tree_chunk_bytes(nbytes, per_node, len(nodes))
+    loops = math.ceil(nbytes / round_bytes)
     latency = (NVLS_LATENCY_S + loops * NVLS_LOOP_OVERHEAD_S
                + 2 * levels * (NVLS_TREE_NET_HOP_US * 1e-6 + node.nic_latency_s))
     intra = nbytes / (node.scale_up_bandwidth * node.nvls_efficiency)
-    return Plan(Algorithm.NVLS_TREE, Protocol.SIMPLE, latency, intra, tuple(loads.items()))
+    network = max((b / topology.capacity(link) for link, b in loads.items()), default=0.0)
+    plan = Plan(Algorithm.NVLS_TREE, Protocol.SIMPLE, latency, intra, tuple(loads.items()))
+    return plan.with_fill(pipeline_fill_s(2 + 2 * levels, round_bytes, nbytes,
+                                          max(intra, network)))

@@ -1,0 +1,129 @@
+"""Every published multi-node nccl-tests all-reduce row from 1 MiB (InfiniBand, EFA,
+GPUDirect-TCPXO; 2 to 8 nodes of 8 GPUs; analysis/data/collectives_multinode_sweeps.csv)
+against the network model: bus bandwidth within 15% from 64 MiB and 30% from 1 MiB (issue 19).
+Rows the model does not meet are strict xfails, each with what is known of the gap."""
+
+import csv
+
+import pytest
+
+from clustersim.analysis.validation.collectives import measure
+from clustersim.simulator.cost.collectives import Algorithm
+
+from tests.conftest import REPO
+
+MIB = 2**20
+ROWS = list(csv.DictReader((REPO / "analysis/data/collectives_multinode_sweeps.csv").open()))
+RUNS = {  # a phrase of the source (and system) -> (run id, catalog node, algorithm forced by env)
+    ("issue description by qoofyk", ""): ("ib-qoofyk-2n", "dgx-h100", None),
+    ("comment by qoofyk (2025-05-23)", ""): ("ib-qoofyk-4n-vm", "dgx-h100", None),
+    ("gj-aion (2025-06-18) 8-node run", ""): ("ib-gj-aion-8n", "dgx-h100", None),
+    ("2-of-8-node run", ""): ("ib-gj-aion-2n", "dgx-h100", None),
+    ("4-of-8-node run", ""): ("ib-gj-aion-4n", "dgx-h100", None),
+    ("8-node tuned run", ""): ("ib-gj-aion-8n-tuned", "dgx-h100", None),
+    ("2-node Ring run", ""): ("ib-gj-aion-2n-ring", "dgx-h100", Algorithm.RING),
+    ("aws-deep-learning-amis", ""): ("efa-p4d-dlami-2021", "aws-p4d-24xlarge", Algorithm.RING),
+    ("AWS DLAMI Developer Guide", ""): ("efa-p4d-dlami-live", "aws-p4d-24xlarge", None),
+    ("awsome-distributed-training", "AWS p4de"): ("efa-p4de-awsome-2024", "aws-p4de-24xlarge", None),
+    ("awsome-distributed-training", "AWS p5"): ("efa-p5-awsome-2024", "aws-p5-48xlarge", None),
+    ("aws-efa-eks", ""): ("efa-p4d-eks-2022", "aws-p4d-24xlarge", None),
+    ("create-a3mega-ztan-fork", ""): ("tcpxo-a3mega-ztan-2025", "gcp-a3-megagpu-8g", None),
+}
+
+
+def _run(row):
+    return next(v for (source, system), v in RUNS.items()
+                if source in row["source"] and row["system"].startswith(system))
+
+
+def _rows():
+    for row in ROWS:
+        size = int(row["message_bytes"])
+        if size >= MIB:
+            run, node, forced = _run(row)
+            yield row, f"{run}-{size // MIB}MiB", node, forced
+
+
+def predicted_busbw(catalog, row, node, forced):
+    gpus = int(row["gpus"])
+    cluster = catalog.cluster(device=catalog.nodes[node].device, num_devices=gpus, node=node)
+    return measure(cluster, row["collective"], gpus, float(row["message_bytes"]), forced).busbw_gbps
+
+
+def tolerance(row):
+    return 0.15 if int(row["message_bytes"]) >= 64 * MIB else 0.30
+
+
+EFA_MID = ("EFA below 256 MiB: the measured sweeps are 1.3-2.9x slower than the model's Simple "
+           "ring or tree (2 hops of NCCL's network latency, the proxy's posts, the pipeline's "
+           "fill). EFA's own per-message cost (SRD and libfabric's rendezvous under "
+           "aws-ofi-nccl) is not published as a number; aws-ofi-nccl's 75 us of 'internode "
+           "latency' is a tuning input, not a measurement")
+TREE_TRAFFIC = ("73-78 GB/s from 128 MiB needs the two-node tree's halved traffic, which the model "
+                "costs (tree_plan.py); but NCCL's own tuner rates the ring faster at these sizes "
+                "(0.46 against 0.53 of the bus bandwidth, tuning.cc), and these runs reached the "
+                "tree through aws-ofi-nccl's tuner plugin, whose rules are not modelled")
+LL128_OFF = ("157-178 us (and 93 us on the same nodes' 1-2 MiB default runs) is the Simple "
+             "protocol's latency (the model's Simple ring: 142-180 us), not LL128's (63-127 us), "
+             "which NCCL's tuner and the model pick: consistent with LL128 being off across this "
+             "network (NCCL enables it only for NICs behind a PCIe switch or PXN, tuning.cc), "
+             "which the posts do not show")
+MANY_NODES = ("4-8 nodes from 1 to 256 MiB: the model is 16-240% too fast where it runs the tree "
+              "with LL128 and 17-30% too slow where it runs NVLSTree with its pipeline's fill; "
+              "which algorithm NCCL ran is not in the posts, and runs of the same thread differ "
+              "by up to 3.9x at one size (1 MiB on 4 nodes: 317 us for gj-aion, 82 us for "
+              "qoofyk), so no mechanism was fitted")
+DIP = ("a dip in the published sweep: 8 MiB at 13-19 GB/s between 40-46 GB/s at 4 MiB and "
+       "65-87 GB/s at 16 MiB, 1 GiB at 287 GB/s between 301 and 319")
+MISSED = {  # run -> sizes in MiB the model misses, and why
+    "tcpxo-a3mega-ztan-2025": ((1, 2, 4, 8, 16, 32, 64, 128, 256), (
+        "GPUDirect-TCPXO below 512 MiB: 1.2-3.2x slower than the model's NVLSTree or tree; "
+        "TCPXO's per-step cost (TCP offloaded to the NIC's data path, a host thread receiving "
+        "each step) and which NCCL protocols its plugin runs are not published")),
+    "efa-p4d-dlami-2021": ((1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), (
+        "NCCL 2.7.8 on EFA (2021): 28.7 GB/s at 1 GiB where the same instance reached 42.5 GB/s "
+        "in 2022; the whole sweep is 1.6-2.7x slower than the model: that stack is not modelled")),
+    "efa-p4d-eks-2022": ((1, 2, 4, 8, 16, 32, 64, 128, 256), EFA_MID),
+    "efa-p4d-dlami-live": (((1, 2, 4, 8, 16), EFA_MID), ((64, 128, 256, 512, 1024), TREE_TRAFFIC)),
+    "efa-p4de-awsome-2024": (((1, 2, 4, 8), EFA_MID), ((128, 256, 512, 1024, 2048), TREE_TRAFFIC)),
+    "efa-p5-awsome-2024": ((1, 2, 4, 16, 32, 64, 128, 256), EFA_MID),
+    "ib-gj-aion-2n-ring": ((1, 2, 4, 8), LL128_OFF),
+    "ib-gj-aion-2n": ((1, 2), LL128_OFF),
+    "ib-qoofyk-4n-vm": ((2, 4, 8, 16, 32, 64), MANY_NODES),
+    "ib-gj-aion-4n": ((1, 2, 4, 8, 16, 64, 256), MANY_NODES),
+    "ib-gj-aion-8n": (((4, 16, 32, 64, 128), MANY_NODES), ((8, 1024), DIP)),
+    "ib-gj-aion-8n-tuned": (((16, 32, 128, 256), MANY_NODES), ((8,), DIP)),
+}
+
+
+def _reason(run_id, mib):
+    entry = MISSED.get(run_id)
+    if entry is None:
+        return None
+    parts = entry if isinstance(entry[1], tuple) else (entry,)
+    return next((why for sizes, why in parts if mib in sizes), None)
+
+
+def _params():
+    for row, rid, node, forced in _rows():
+        why = _reason(rid.rsplit("-", 1)[0], int(row["message_bytes"]) // MIB)
+        marks = (pytest.mark.xfail(strict=True, reason=why),) if why else ()
+        yield pytest.param(row, node, forced, id=rid, marks=marks)
+
+
+@pytest.mark.parametrize(("row", "node", "forced"), list(_params()))
+def test_published_multinode_all_reduce_busbw(catalog, row, node, forced):
+    measured = float(row["busbw_gbps"])
+    predicted = predicted_busbw(catalog, row, node, forced)
+    print(f"{row['message_bytes']} B: measured {measured:.2f} GB/s, model {predicted:.2f} GB/s "
+          f"({predicted / measured - 1:+.1%})")
+    assert predicted == pytest.approx(measured, rel=tolerance(row))
+
+
+def test_every_run_of_the_file_is_mapped_and_every_missed_size_exists():
+    runs = {_run(row)[0] for row in ROWS}
+    assert runs == {run for run, _, _ in RUNS.values()}
+    sizes = {(run, int(r["message_bytes"]) // MIB) for r in ROWS for run in [_run(r)[0]]}
+    for run, entry in MISSED.items():
+        parts = entry if isinstance(entry[1], tuple) else (entry,)
+        assert all((run, mib) in sizes for listed, _ in parts for mib in listed)

@@ -1,0 +1,102 @@
+"""NCCL's tuner chooses, the physical model costs: the tuner's own prediction
+(simulator/cost/nccl_tuner.py), the tree's traffic across nodes (tree_plan.py) and the chunk
+pipeline (chunk_pipeline.py), against NCCL's source arithmetic."""
+
+import pytest
+
+from clustersim.analysis.validation.collectives import measure
+from clustersim.hardware_specs.topology import LinkKind
+from clustersim.simulator.cost.chunk_pipeline import (
+    pipeline_fill_s, step_bytes, tree_chunk_bytes, tree_stages,
+)
+from clustersim.simulator.cost.collectives import Algorithm, Plan, Protocol
+from clustersim.simulator.cost.nccl_tuner import predicted_s, tree_correction
+from clustersim.simulator.cost.network import NetworkModel
+from clustersim.simulator.cost.tree_plan import tree_plan
+from clustersim.workloads.trace import CollectiveKind
+
+MIB, GIB = 2**20, 2**30
+
+
+def test_steps_are_an_eighth_of_nccls_default_buffers():
+    # init.cc: DEFAULT_BUFFSIZE 4 MiB; LL128 120 x 640 x 8 x 8 B; LL 8 x 512 x 8 x 16 B; NCCL_STEPS 8
+    assert step_bytes(Protocol.SIMPLE) == 512 * 1024
+    assert step_bytes(Protocol.LL128) == 614400
+    assert step_bytes(Protocol.LL) == 65536
+
+
+@pytest.mark.parametrize(("proto", "nbytes", "nodes", "chunk"), [
+    (Protocol.SIMPLE, 64 * MIB, 8, 524288),       # one step, never shrunk for the tree
+    (Protocol.LL, 64 * MIB, 8, 32768),            # half a step (flags take the other half)
+    (Protocol.LL128, GIB, 8, 576000),             # 15/16 of a step: 58 chunks >= 38.4
+    (Protocol.LL128, 64 * MIB, 8, 72000),         # halved thrice to <= 128 KiB (29 < 38.4)
+    (Protocol.LL128, 16 * MIB, 8, 36000),         # then once more below 9.6 chunks
+    (Protocol.LL128, 64 * MIB, 4, 72000),         # nsteps 3.8: 30.4 chunks
+])
+def test_tree_chunk_follows_calc_coll_chunking(proto, nbytes, nodes, chunk):
+    # enqueue.cc calcCollChunking, tree + LL128: nsteps = 1 + log2(nodes) + 0.1 ppn; halve
+    # while bytes / (channels x chunk) < nsteps x 64 / ppn (above 128 KiB), x 16 (above 32 KiB)
+    assert tree_chunk_bytes(proto, nbytes, 32, nodes, 8) == chunk
+
+
+def test_a_pipeline_fills_in_depth_minus_one_rounds():
+    # (k + D - 1) rounds in all; the bandwidth term counts k of them
+    assert tree_stages(2) == 2 and tree_stages(3) == 4 and tree_stages(8) == 6
+    assert pipeline_fill_s(6, 16 * MIB, GIB, 1e-3) == pytest.approx(5 * 1e-3 / 64)
+    # below one round the whole buffer passes every stage in turn
+    assert pipeline_fill_s(6, 16 * MIB, 4 * MIB, 1e-4) == pytest.approx(5 * 1e-4)
+    assert pipeline_fill_s(1, 16 * MIB, GIB, 1e-3) == 0.0
+
+
+@pytest.mark.parametrize(("proto", "nbytes", "factor"), [
+    (Protocol.SIMPLE, MIB, 0.5), (Protocol.LL128, MIB, 0.6), (Protocol.LL, MIB, 0.5),
+    (Protocol.SIMPLE, 64 * MIB, 0.8), (Protocol.SIMPLE, 256 * MIB, 0.9),
+    (Protocol.SIMPLE, 512 * MIB, 1.0), (Protocol.LL128, 32, 1.0)])
+def test_tree_correction_is_nccls_table(proto, nbytes, factor):
+    # tuning.cc treeCorrectionFactor[protocol][log2(bytes / 64)], read below index 23
+    assert tree_correction(proto, nbytes) == factor
+
+
+def _context(nodes):
+    return dict(ranks=16, nodes=nodes, channels=32, ampere_or_later=True)
+
+
+def test_the_tuner_adds_the_ring_plateau_and_leaves_out_the_fill():
+    ring = Plan(Algorithm.RING, Protocol.SIMPLE, 100e-6, 0.0, ())
+    kind = CollectiveKind.ALL_REDUCE
+    assert predicted_s(ring, kind, 64 * MIB, 1e-3, **_context(2)) == pytest.approx(1.4e-4 + 1e-3)
+    assert predicted_s(ring, kind, 64 * MIB, 1e-3, **_context(1)) == pytest.approx(1e-4 + 1e-3)
+    filled = Plan(Algorithm.TREE, Protocol.LL128, 80e-6, 0.0, ()).with_fill(30e-6)
+    assert filled.latency_s == pytest.approx(110e-6)
+    assert predicted_s(filled, kind, 64 * MIB, 1e-3, **_context(2)) == pytest.approx(
+        80e-6 + 1e-3 / 0.9)
+
+
+def test_two_nodes_tree_is_costed_at_half_a_rings_bytes_but_rated_as_nccl_rates_it(catalog):
+    """The issue's case: the two-node tree's real traffic (each node sends the buffer once)
+    makes it faster than the ring at 1 GiB, but NCCL's tuner rates it at 0.46 of the bus
+    bandwidth against the ring's 16/30 and runs the ring; so does the model."""
+    cluster = catalog.cluster(device="a100-80gb", num_devices=16)
+    net = NetworkModel(cluster)
+    group = (tuple(range(16)),)
+    plans = net.planner.plans(CollectiveKind.ALL_REDUCE, 1.0 * GIB, group)
+    ring = next(p for p in plans if (p.algorithm, p.protocol) == (Algorithm.RING, Protocol.SIMPLE))
+    tree = tree_plan(net.planner, next(p for p in plans if (p.algorithm, p.protocol) == (
+        Algorithm.TREE, Protocol.SIMPLE)), CollectiveKind.ALL_REDUCE, 1.0 * GIB, group)
+    sent = {link: b for link, b in tree.loads if link[0] is LinkKind.NIC_TX}
+    assert all(b == pytest.approx(GIB / 8) for b in sent.values()) and len(sent) == 16
+    ring_s = max(ring.intra_s, net.planner.network_s(ring))
+    assert tree.rated_s == pytest.approx(ring_s * (16 / 30) / 0.46)
+    assert tree.time(net.topology) < ring.time(net.topology)
+    assert measure(cluster, "all_reduce", 16, 1.0 * GIB).algorithm == "ring"
+    forced = measure(cluster, "all_reduce", 16, 1.0 * GIB, Algorithm.TREE)
+    assert forced.time_s == pytest.approx(tree.time(net.topology))
+
+
+def test_from_three_nodes_a_tree_carries_a_rings_bytes(catalog):
+    cluster = catalog.cluster(device="a100-80gb", num_devices=32)
+    net = NetworkModel(cluster)
+    group = (tuple(range(32)),)
+    plans = net.planner.plans(CollectiveKind.ALL_REDUCE, 1.0 * GIB, group)
+    tree = next(p for p in plans if (p.algorithm, p.protocol) == (Algorithm.TREE, Protocol.SIMPLE))
+    assert tree_plan(net.planner, tree, CollectiveKind.ALL_REDUCE, 1.0 * GIB, group).loads == tree.loads
