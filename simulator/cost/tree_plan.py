@@ -20,7 +20,7 @@ from clustersim.simulator.cost.chunk_pipeline import (
     pipeline_fill_s, tree_chunk_bytes, tree_stages,
 )
 from clustersim.simulator.cost.collectives import (
-    COLL_CHANNELS, Algorithm, CollectivePlanner, Plan, nccl_channels,
+    COLL_CHANNELS, Algorithm, CollectivePlanner, Plan, bus_factor, nccl_channels,
 )
 from clustersim.workloads.trace import CollectiveKind
 
@@ -40,10 +40,10 @@ def tree_plan(planner: CollectivePlanner, plan: Plan, kind: CollectiveKind, nbyt
     if len(members) < 2:
         return plan
     n, per_node = len(instances[0]), max(len(m) for m in members.values())
+    ring_bytes = bus_factor(kind, n)
     ring_s = max(plan.intra_s, planner.network_s(plan))
-    rated = ring_s * n / (2 * (n - 1)) / (TREE_BUS_FRACTION * TREE_ALGBW_RATIO)
+    rated = ring_s / ring_bytes / (TREE_BUS_FRACTION * TREE_ALGBW_RATIO)
     if len(members) == 2:
-        ring_bytes = 2 * (n - 1) / n
         plan = Plan(plan.algorithm, plan.protocol, plan.latency_s, plan.intra_s,
                     tuple((link, b / ring_bytes) for link, b in plan.loads))
     generation = planner.cluster.device.scale_up_generation
