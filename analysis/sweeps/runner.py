@@ -29,6 +29,7 @@ from clustersim.analysis.progress import progress as show_progress
 from clustersim.analysis.config import RunConfig, config_from_mapping, config_path, read_yaml
 from clustersim.analysis.sweeps.executors import run_tasks
 from clustersim.analysis.sweeps.run_store import RunStore, atomic_write, manifest
+from clustersim.analysis.sweeps.steady_state import simulate_job
 from clustersim.analysis.sweeps.space import (
     GIB, Candidate, Status, SweepSpace, block_layers, enumerate_space, space_from_mapping,
 )
@@ -93,11 +94,12 @@ METRIC_COLUMNS = ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", *BREAK
 
 
 def evaluate(task: tuple[str, Job, ClusterSpec, SimulationOptions]) -> tuple[str, dict]:
-    """Simulate one point (runs in a worker): its metrics, or the error that stopped it."""
+    """Simulate one point (runs in a worker): its metrics, or the error that stopped it. A
+    long pipeline's step comes from its steady state where that is exact (``steady_state``)."""
     key, job, cluster, options = task
     try:
         with cycle_collector_paused():  # building a long trace is a third faster without it
-            r = simulate(build_trace(job), cluster, options)
+            r = simulate_job(job, cluster, options)
     except (SpecError, RuntimeError, ValueError, ZeroDivisionError) as err:
         return key, {"error": f"{type(err).__name__}: {err}"}
     metrics = {"step_time_s": r.step_time_s, "tokens_per_s": r.tokens_per_s,

@@ -1,0 +1,123 @@
+"""A sweep point from its pipeline's steady state equals the full replay, to the microsecond and
+below; whatever is not periodic is replayed in full."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from clustersim.analysis.config import config_from_mapping
+from clustersim.analysis.step import simulation_options
+from clustersim.analysis.sweeps import steady_state
+from clustersim.analysis.sweeps.steady_state import (
+    Probes, StepPoint, probe_plans, simulate_job, steady_step, with_micro_batches,
+)
+from clustersim.simulator import StepSimulation, simulate
+from clustersim.simulator.result import BREAKDOWN_COLUMNS
+from clustersim.workloads.builder import build_trace
+
+BASE = {"name": "steady", "model": {"name": "steady", "layers": 8, "hidden": 1024, "heads": 16,
+                                    "vocab": 256},
+        "training": {"seq_len": 1024, "global_batch": 64},
+        "strategy": {"tp": 2, "pp": 4, "dp": 1}, "cluster": {"gpu": "h100-sxm", "num_gpus": 8}}
+
+PERIODIC = {
+    "1f1b": {},
+    "interleaved": {"strategy": {"tp": 2, "pp": 4, "dp": 1, "schedule": "interleaved",
+                                 "virtual_stages": 2},
+                    "training": {"seq_len": 1024, "global_batch": 128}},
+    "no-pipeline": {"strategy": {"tp": 4, "pp": 1, "dp": 2},
+                    "training": {"seq_len": 1024, "global_batch": 48}},
+    "uneven-rounds": {"training": {"seq_len": 1024, "global_batch": 37}},
+    "period-of-pp": {"strategy": {"tp": 8, "pp": 2, "dp": 1},
+                     "cluster": {"gpu": "h100-sxm", "num_gpus": 16}},
+}
+"""Steps whose shorter steps repeat: their points come from three short replays."""
+
+REPLAYED = {
+    "zero1-dp2": {"strategy": {"tp": 1, "pp": 4, "dp": 2, "zero": 1}},
+    "zero3-dp2": {"strategy": {"tp": 1, "pp": 4, "dp": 2, "zero": 3}},
+    "gpipe": {"strategy": {"tp": 2, "pp": 4, "dp": 1, "schedule": "gpipe"}},
+    "fp8": {"training": {"seq_len": 1024, "global_batch": 64, "precision": "fp8"}},
+}
+"""Steps replayed in full: too short for their period, no steady state, or not the same in
+every micro-batch."""
+
+MICROSECOND = 1e-6
+
+
+def config(name: str):
+    over = {**PERIODIC, **REPLAYED}[name]
+    return config_from_mapping({**BASE, **over})
+
+
+def full_and_fast(name: str) -> tuple[StepPoint, StepPoint]:
+    cfg = config(name)
+    options = replace(simulation_options(cfg), record=False)
+    full = StepPoint.of(simulate(build_trace(cfg.job), cfg.cluster, options))
+    return full, simulate_job(cfg.job, cfg.cluster, options)
+
+
+def assert_same_point(full: StepPoint, fast: StepPoint) -> None:
+    assert fast.step_time_s == pytest.approx(full.step_time_s, abs=MICROSECOND / 1000)
+    for column in BREAKDOWN_COLUMNS:
+        assert fast.breakdown.columns()[column] == pytest.approx(
+            full.breakdown.columns()[column], abs=MICROSECOND / 1000), column
+    assert fast.critical_class == full.critical_class
+    assert fast.tokens_per_s == pytest.approx(full.tokens_per_s, rel=1e-12)
+    assert fast.tflops_per_gpu == pytest.approx(full.tflops_per_gpu, rel=1e-12)
+    assert fast.mfu == pytest.approx(full.mfu, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", PERIODIC)
+def test_a_periodic_step_equals_its_full_replay_in_fewer_events(name):
+    full, fast = full_and_fast(name)
+    assert_same_point(full, fast)
+    assert fast.events < full.events   # it was extrapolated, not replayed
+
+
+@pytest.mark.parametrize("name", REPLAYED)
+def test_a_step_that_does_not_repeat_is_replayed_in_full(name):
+    full, fast = full_and_fast(name)
+    assert fast == full
+
+
+def test_three_steps_on_a_line_are_not_enough():
+    """ZeRO-1 over two replicas on one node repeats every pp = 4 micro-batches: the steps of 6,
+    7 and 8 micro-batches happen to lie on a line whose slope is not the period's average, so
+    extrapolating them would be off by about 10 us at 32. The op-by-op comparison refuses it."""
+    cfg = config("zero1-dp2")
+    options = replace(simulation_options(cfg), record=False)
+    runs = []
+    for m in (6, 7, 8):
+        sim = StepSimulation(build_trace(with_micro_batches(cfg.job, m)), cfg.cluster, options)
+        replay = sim.replay()
+        runs.append((replay, sim.summary(replay)))
+    (a, ra), (b, rb), (c, rc) = runs
+    assert (rc.step_time_s - rb.step_time_s) == pytest.approx(rb.step_time_s - ra.step_time_s,
+                                                              abs=1e-12)
+    plan = Probes(micro_batches=32, counts=(6, 7, 8), round=1)
+    totals = build_trace(cfg.job)
+    line = steady_state.extrapolate(plan, [ra, rb, rc], totals, cfg.cluster)
+    full = simulate(totals, cfg.cluster, options)
+    assert abs(line.step_time_s - full.step_time_s) > 5 * MICROSECOND
+    assert not steady_state._inserted_round(b, c, rc.step_time_s - rb.step_time_s)
+    assert steady_step(cfg.job, cfg.cluster, options) is None
+
+
+def test_records_faults_and_expanded_ranks_are_replayed():
+    cfg = config("1f1b")
+    for options in (simulation_options(cfg), replace(simulation_options(cfg), record=False,
+                                                     expand=True),
+                    replace(simulation_options(cfg), record=False,
+                            comm_slowdown_when_overlapped=0.3)):
+        assert steady_state.replay_reason(cfg.job, cfg.cluster, options)
+
+
+def test_shorter_steps_keep_the_schedule_shape_and_stay_shorter():
+    cfg = config("interleaved")
+    plans = probe_plans(cfg.job)
+    assert [p.counts for p in plans] == [(8, 12, 16), (16, 20, 24), (32, 36, 40),
+                                         (64, 68, 72)]   # each twice the last, pp apart
+    assert all(p.round == 4 and p.counts[2] < cfg.job.micro_batches for p in plans)
