@@ -18,6 +18,19 @@ GEMM operand is quantized from BF16 by a memory-bound kernel:
 - Current (tensor-wise) scaling reads each tensor once more for its amax before casting
   (2 bytes per element) and cannot fuse the cast into the norm; MXFP8 adds one scale byte
   per 32 elements to each of the two copies.
+
+NVFP4 (``precision: nvfp4``; TE ``NVFP4BlockScaling``, NVIDIA arXiv 2509.25149 sec. 4 and TE's
+NVFP4 documentation) quantises the same operands of the same GEMMs (fprop, dgrad and wgrad all
+run in FP4; Megatron-Bridge's performance recipes keep no layer in BF16,
+``first_last_layers_bf16`` False) into E2M1 elements with one E4M3 scale per 16 (0.5 + 1/16
+bytes, ``Dtype.NVFP4``) under one FP32 scale per tensor. The per-tensor scale needs the
+tensor's amax first (one read, as current scaling; the amax of the Hadamard-transformed copy is
+taken in the same pass), then one kernel reads BF16 and writes the row-wise copy and the
+column-wise copy for wgrad, the latter after a 16 x 16 random Hadamard transform (applied to
+wgrad's operands only), gradients with stochastic rounding: 2 + 2 + 2 x 0.5625 bytes per
+element. The transform and the random bits are arithmetic inside that memory-bound pass, not
+traffic, and are not costed. Weights use 16 x 16 blocks (one quantisation serves both
+layouts) and, with ``fp4_param_gather`` (``fp8_param_gather`` here), need only the transpose.
 """
 
 from __future__ import annotations
@@ -38,6 +51,18 @@ AMAX_BYTES = 2.0
 """Current scaling's extra read of the BF16 tensor for its absolute maximum."""
 MX_SCALE_BYTES = 2.0 / 32
 """MXFP8: an 8-bit scale per block of 32 elements, for the row-wise and column-wise copies."""
+NVFP4_QUANTIZE_BYTES = AMAX_BYTES + 2.0 + 2 * Dtype.NVFP4.bytes
+"""NVFP4: the amax read, then read BF16 and write the row-wise and (Hadamard-transformed)
+column-wise copies with their E4M3 block scales."""
+NVFP4_QUANTIZE_SPEED = 0.70
+"""NVFP4 quantisation moves its bytes at 0.70 of the element-wise streaming rate: the Hadamard
+transform's 16-point products and the stochastic rounding's random bits cost arithmetic inside
+the pass. Transformer Engine's GEMM profiling tutorial (docs/examples/gemm_profiling), B300, a
+hidden-4096 layer's 12 GEMMs at 15,872 tokens: autocast minus pre-quantised NVFP4 is
+6.453 - 3.764 = 2.689 ms per layer, where NVFP4_QUANTIZE_BYTES over B300's streaming bandwidth
+(8 TB/s x 0.84) take 1.894 ms (tests/test_nvfp4.py recomputes it)."""
+NVFP4_TRANSPOSE_BYTES = 2 * Dtype.NVFP4.bytes
+"""Read and write an NVFP4 weight element with its scales (16 x 16 blocks transpose as they are)."""
 NORM_FED = frozenset(("qkv", "fc1"))
 """GEMMs whose input comes straight from a norm, where delayed scaling fuses the cast."""
 
@@ -47,12 +72,15 @@ class Fp8Casts:
 
     def __init__(self, training: TrainingSpec, strategy: Strategy):
         self.recipe = training.fp8_recipe
+        self.nvfp4 = training.precision.gemm_dtype is Dtype.NVFP4
         self.fp8_params = training.fp8_param_gather
         self.micro = max(1, micro_batches(training, strategy))
         self.zero3 = strategy.zero >= 3
         self.shard = strategy.dp * strategy.cp
 
     def _per_element(self, fused: bool = False) -> float:
+        if self.nvfp4:
+            return NVFP4_QUANTIZE_BYTES / NVFP4_QUANTIZE_SPEED
         if self.recipe is Fp8Recipe.TENSORWISE:
             return AMAX_BYTES + CAST_TRANSPOSE_BYTES
         extra = MX_SCALE_BYTES if self.recipe is Fp8Recipe.MXFP8 else 0.0
@@ -65,14 +93,15 @@ class Fp8Casts:
             if self.fp8_params:
                 return 2 * self._per_element() / self.shard
             return self._per_element()
-        per_step = TRANSPOSE_BYTES if self.fp8_params else self._per_element()
+        transpose = NVFP4_TRANSPOSE_BYTES if self.nvfp4 else TRANSPOSE_BYTES
+        per_step = transpose if self.fp8_params else self._per_element()
         return per_step / self.micro
 
     def forward(self, kernels: tuple[Kernel, ...]) -> tuple[Kernel, ...]:
         """``kernels`` with a quantization kernel before each FP8 GEMM (its input and weight)."""
         out: list[Kernel] = []
         for k in kernels:
-            if _is_fp8_gemm(k):
+            if _is_quantized_gemm(k):
                 inputs = k.batch * k.m * k.k
                 weights = k.batch * k.k * k.n
                 traffic = (inputs * self._per_element(fused=self._fusable(k))
@@ -86,7 +115,7 @@ class Fp8Casts:
         quantization before each FP8 data-gradient GEMM (dY[m,n] feeds dgrad and wgrad)."""
         out: list[Kernel] = []
         for k in kernels:
-            if _is_fp8_gemm(k) and k.name.endswith(".dgrad"):
+            if _is_quantized_gemm(k) and k.name.endswith(".dgrad"):
                 grads = k.batch * k.m * k.k      # dgrad: dY[m, n_fwd] is its m x k operand
                 out.append(Kernel(f"{k.name[:-6]}.fp8_quantize_grad", OpClass.ELEMENTWISE, 0.0,
                                   grads * self._per_element()))
@@ -94,8 +123,12 @@ class Fp8Casts:
         return tuple(out)
 
     def _fusable(self, k: Kernel) -> bool:
-        return self.recipe is not Fp8Recipe.TENSORWISE and k.name in NORM_FED
+        return (not self.nvfp4 and self.recipe is not Fp8Recipe.TENSORWISE
+                and k.name in NORM_FED)
 
 
-def _is_fp8_gemm(k: Kernel) -> bool:
-    return k.op_class is OpClass.MATMUL and k.dtype is Dtype.FP8
+QUANTIZED_GEMM_DTYPES = frozenset((Dtype.FP8, Dtype.NVFP4))
+
+
+def _is_quantized_gemm(k: Kernel) -> bool:
+    return k.op_class is OpClass.MATMUL and k.dtype in QUANTIZED_GEMM_DTYPES

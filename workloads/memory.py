@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
+from clustersim.hardware_specs import Dtype
 from clustersim.workloads.layer_ops import op_saved_matmul_width
 from clustersim.workloads.model import Mlp, TransformerSpec
 from clustersim.workloads.shards import ParamKind, Shard, stage_shards, vocab_rows
@@ -85,7 +86,7 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
     ``layer`` picks the layer where they differ (None: the last). MLA keeps its query and
     key/value latents (replicated, as its down-projections are), Q and K of head_dim and V of
     v_head_dim per head; a MoE layer keeps each routed copy of a token as its expert's input,
-    the experts' (top_k of them) and shared experts' intermediates. Under FP8 with
+    the experts' (top_k of them) and shared experts' intermediates. Under FP8 (NVFP4) with
     ``fp8_saved_inputs`` the linear layers keep their FP8-cast inputs (``linear_input_bytes``)
     where 16-bit training keeps the 16-bit tensor; the attention kernel, the norms, the router
     and the activation function keep theirs in 16 bits, so the attention output is held twice.
@@ -151,10 +152,13 @@ def linear_input_bytes(training: TrainingSpec) -> float:
     its column-wise data with MXFP8, plus one scale byte per 32 elements; TE ``linear.py``,
     "Cached input tensor"), as DeepSeek-V3's framework does (arXiv 2412.19437, sec. 3.3.3);
     torchao's ``Float8Linear`` (torchtitan) saves the 16-bit input (``save_for_backward(input_hp,
-    weight_hp_t)``) and casts again in the backward, as do 16-bit runs."""
+    weight_hp_t)``) and casts again in the backward, as do 16-bit runs. Under NVFP4 TE keeps
+    the column-wise (Hadamard-transformed) NVFP4 copy wgrad reads, 0.5 + 1/16 bytes."""
     e = training.precision.activation_bytes
-    if training.precision is not Precision.FP8 or not training.fp8_saved_inputs:
+    if not training.precision.quantized or not training.fp8_saved_inputs:
         return e
+    if training.precision is Precision.NVFP4:
+        return Dtype.NVFP4.bytes
     return 1.0 + (MX_SCALE_BYTES / 2 if training.fp8_recipe is Fp8Recipe.MXFP8 else 0.0)
 
 
@@ -227,9 +231,11 @@ def _state_bytes(shard: Shard, training: TrainingSpec, strategy: Strategy
     stages 1, 2, 3 shard the optimizer state, then the gradients, then the weights."""
     per, z = model_state_bytes(training), strategy.zero
     kept = strategy.fsdp_keeps_gathered      # gathered weights, unsharded gradients all step
-    # FP8 weights (Megatron --fp8-param-gather, torchao float8 parameters); tables stay 16-bit.
-    fp8 = training.fp8_param_gather and shard.kind is not ParamKind.VOCAB
-    weights = shard.resident(z >= 3 and not kept) * (1.0 if fp8 else per.weights)
+    # FP8/NVFP4 weights (Megatron --fp8-param-gather and fp4_param_gather, torchao float8
+    # parameters): stored in the GEMM format; tables stay 16-bit.
+    low = training.fp8_param_gather and shard.kind is not ParamKind.VOCAB
+    weights = shard.resident(z >= 3 and not kept) * (
+        training.precision.gemm_dtype.bytes if low else per.weights)
     grads = shard.resident(z >= 2 and not kept) * per.gradients
     optim = shard.resident(z >= 1) * per.optimizer
     offloaded = 0.0

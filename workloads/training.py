@@ -12,17 +12,29 @@ from clustersim.workloads.routing import MoeRouting
 
 
 class Precision(enum.Enum):
-    """Training precision: FP8 runs GEMMs in FP8 (Transformer Engine) and the rest in BF16."""
+    """Training precision: FP8 and NVFP4 run the linear layers' GEMMs in that format
+    (Transformer Engine) and the rest in BF16."""
 
     FP32 = "fp32"
     FP16 = "fp16"
     BF16 = "bf16"
     FP8 = "fp8"
+    NVFP4 = "nvfp4"
+    """Blackwell's FP4 training recipe (TE ``NVFP4BlockScaling``; Megatron ``--fp4-format e2m1
+    --fp4-recipe nvfp4``; NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv
+    2509.25149): fprop, dgrad and wgrad of every linear layer in NVFP4 (``workloads/fp8.py``
+    has its quantisation kernels); attention, the LM head, norms and the optimizer in BF16/FP32."""
 
     @property
     def gemm_dtype(self) -> Dtype:
         return {Precision.FP32: Dtype.FP32, Precision.FP16: Dtype.FP16,
-                Precision.BF16: Dtype.BF16, Precision.FP8: Dtype.FP8}[self]
+                Precision.BF16: Dtype.BF16, Precision.FP8: Dtype.FP8,
+                Precision.NVFP4: Dtype.NVFP4}[self]
+
+    @property
+    def quantized(self) -> bool:
+        """GEMM operands quantised from BF16 by extra kernels (FP8, NVFP4)."""
+        return self in (Precision.FP8, Precision.NVFP4)
 
     @property
     def compute_dtype(self) -> Dtype:
@@ -90,8 +102,9 @@ class TrainingSpec:
     fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED
     """Scaling of FP8 GEMM operands (with ``precision: fp8`` only)."""
     fp8_param_gather: bool = False
-    """Weights kept and all-gathered in FP8 (Megatron ``--fp8-param-gather``, FSDP2's float8
-    all-gather in torchtitan): no per-step weight cast, half the gathered bytes."""
+    """Weights kept and all-gathered in the GEMM format (Megatron ``--fp8-param-gather`` and,
+    under NVFP4, ``fp4_param_gather``; FSDP2's float8 all-gather in torchtitan): no per-step
+    weight cast, fewer gathered bytes."""
     fp8_saved_inputs: bool = True
     """Linear layers keep their FP8-cast inputs for the backward pass (Transformer Engine,
     Megatron-Core, NeMo); false for torchao's float8 (torchtitan), which keeps the 16-bit
@@ -129,9 +142,12 @@ def training_from_mapping(data: Mapping, path: str = "training") -> TrainingSpec
         moe=_routing(f.sub("moe")),
     )
     f.done()
-    fp8_only = [k for k in ("fp8_recipe", "fp8_param_gather", "fp8_saved_inputs") if f.has(k)]
-    if fp8_only and spec.precision is not Precision.FP8:
-        raise SpecError(f"{path}.{fp8_only[0]}", f"needs precision: fp8, got "
+    if f.has("fp8_recipe") and spec.precision is not Precision.FP8:
+        raise SpecError(f"{path}.fp8_recipe", f"needs precision: fp8, got "
+                        f"{spec.precision.value}")
+    quantized_only = [k for k in ("fp8_param_gather", "fp8_saved_inputs") if f.has(k)]
+    if quantized_only and not spec.precision.quantized:
+        raise SpecError(f"{path}.{quantized_only[0]}", f"needs precision: fp8 or nvfp4, got "
                         f"{spec.precision.value}")
     if spec.micro_batch > spec.global_batch:
         raise SpecError(f"{path}.micro_batch", f"{spec.micro_batch} exceeds "

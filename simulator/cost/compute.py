@@ -34,6 +34,14 @@ K_REFERENCE = 2048
 ATTENTION_KEY_OVERHEAD = 384
 """Equivalent keys of fixed per-query-tile cost in flash attention (FA-2 reaches ~60% of its
 long-sequence throughput at 512 tokens, FA-2 paper Fig. 6)."""
+NVFP4_OVER_FP8_GEMM = 7.161 / 3.764
+"""NVFP4 GEMMs run 1.90x as fast as MXFP8 GEMMs of the same shapes: Transformer Engine's GEMM
+profiling tutorial (docs/examples/gemm_profiling/gemm_profiling.rst), B300 SXM6, the 12 GEMMs
+of a hidden-4096 layer at 15,872 tokens pre-quantised (kernels alone): MXFP8 7.161 ms, NVFP4
+3.764 ms per layer. Far short of the 3.3x of the datasheet peaks (15 against 4.5 PFLOPS): no
+max-achievable NVFP4 GEMM measurement is published, so NVFP4 GEMMs run at this multiple of the
+device's FP8 max-achievable rate (capped at the NVFP4 peak), on every Blackwell part (the one
+measurement is B300's)."""
 LAUNCH_GAP_S = 2e-6
 """Idle time between dependent kernels on one stream (launch latency, tail)."""
 
@@ -89,6 +97,9 @@ class ComputeModel:
         sms = self.device.compute_units
         if op is OpClass.MATMUL:
             ceiling = eff.matmul_fp8 if k.dtype is Dtype.FP8 and eff.matmul_fp8 else eff.matmul
+            if k.dtype is Dtype.NVFP4 and eff.matmul_fp8:
+                fp8_rate = eff.matmul_fp8 * self.device.flops(Dtype.FP8) * NVFP4_OVER_FP8_GEMM
+                ceiling = min(1.0, fp8_rate / self.device.flops(Dtype.NVFP4))
             return ceiling * shape_factor(k.m, k.n, k.k, k.batch, sms, K_LOOP_OVERHEAD)
         if op in ATTENTION_CLASSES:
             # Query tiles of 128 over batch x heads; the key length is the inner loop.

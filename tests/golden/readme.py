@@ -83,6 +83,9 @@ _SUBSETS = {
     "bw_gb200_mxfp8": ("validate_blackwell", "", "gb200", "mxfp8"),
     "bw_gb300_mxfp8": ("validate_blackwell", "", "gb300", "mxfp8"),
     "bw_b300_mxfp8": ("validate_blackwell", "", "b300", "mxfp8"),
+    "bw_nvfp4": ("validate_blackwell", "", "", "nvfp4"),
+    "bw_gb200_nvfp4": ("validate_blackwell", "", "gb200", "nvfp4"),
+    "bw_gb300_nvfp4": ("validate_blackwell", "", "gb300", "nvfp4"),
 }
 """Row groups the README's accuracy section speaks of: (golden, id prefix, GPU, precision)."""
 

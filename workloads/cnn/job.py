@@ -90,9 +90,9 @@ def cnn_job_from_mapping(data: Mapping) -> CnnJob:
                  micro_batch=t.integer("micro_batch", 1, minimum=1),
                  precision=t.choice("precision", Precision, Precision.FP16),
                  optimizer=t.choice("optimizer", CnnOptimizer, CnnOptimizer.SGD))
-    if job.precision is Precision.FP8:
-        raise SpecError(t.at("precision"), "fp8 is not modelled for 3D CNNs; expected fp32, "
-                        "fp16 or bf16")
+    if job.precision.quantized:
+        raise SpecError(t.at("precision"), f"{job.precision.value} is not modelled for 3D CNNs; "
+                        "expected fp32, fp16 or bf16")
     t.done()
     s.done()
     return job

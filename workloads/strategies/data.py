@@ -13,7 +13,8 @@ gathers, the optimizer step and its offload.
   stage's first forward, kept through every micro-batch, its gradients reduce-scattered in the
   last micro-batch's backward (``Strategy.fsdp_keeps_gathered``).
 - FP8 weights (``training.fp8_param_gather``: Megatron's ``--fp8-param-gather``, FSDP2's float8
-  all-gather) are gathered in 1 byte; the vocabulary tables and gradients stay 16-bit.
+  all-gather) are gathered in 1 byte, NVFP4 weights (``fp4_param_gather``) in 0.5 + 1/16; the
+  vocabulary tables and gradients stay 16-bit.
 - Offload (ZeRO-Offload, ZeRO-Infinity): gradients to the host, the Adam step there, parameters
   back; offloaded parameters also come from the host before each gather.
 
@@ -49,6 +50,8 @@ class DataParallel:
         self.keeps_gathered = s.fsdp_keeps_gathered
         self.last_micro = stage.job.micro_batches - 1
         self.fp8_weights = stage.job.training.fp8_param_gather
+        self.gemm_bytes = stage.job.training.precision.gemm_dtype.bytes
+        """Bytes of a weight gathered in the GEMM format (1 for FP8, 0.5 + 1/16 for NVFP4)."""
         self.shards = stage_shards(stage.model, s, stage.plan)
         self.gathers_updated = 1 <= s.zero <= 2 and any(
             shard.ranks > 1 for shard in self.shards.by_group().values())
@@ -70,8 +73,8 @@ class DataParallel:
         the experts' one named ``.experts``), none over a group of one."""
         groups: dict[str, tuple[Shard, float]] = {}
         for shard in shards:
-            fp8 = weights and self.fp8_weights and shard.kind is not ParamKind.VOCAB
-            nbytes = shard.params * (1.0 if fp8 else self.stage.element_bytes)
+            low = weights and self.fp8_weights and shard.kind is not ParamKind.VOCAB
+            nbytes = shard.params * (self.gemm_bytes if low else self.stage.element_bytes)
             seen = groups.get(shard.group)
             groups[shard.group] = (shard, nbytes) if seen is None else (seen[0], seen[1] + nbytes)
         out = []

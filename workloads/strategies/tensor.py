@@ -15,8 +15,9 @@ Engine's ``LayerNormLinear`` casts before the sequence-parallel all-gather; torc
 
 from __future__ import annotations
 
-from clustersim.hardware_specs import Dtype, OpClass
+from clustersim.hardware_specs import OpClass
 from clustersim.workloads.axes import Axis
+from clustersim.workloads.fp8 import QUANTIZED_GEMM_DTYPES
 from clustersim.workloads.layer_ops import Kernel
 from clustersim.workloads.strategies.program import StageProgram
 from clustersim.workloads.trace import CollectiveKind, Phase
@@ -63,11 +64,13 @@ class TensorParallel:
         return deps + (gather,)
 
     def _gathered_bytes(self, kernels: tuple[Kernel, ...]) -> float:
-        """The block input's gathered bytes: 1 per element when its GEMMs run in FP8."""
-        fp8 = any(k.op_class is OpClass.MATMUL and k.dtype is Dtype.FP8 for k in kernels)
-        if not fp8:
+        """The block input's gathered bytes: the quantised element's (1 for FP8, 0.5 + 1/16
+        for NVFP4 with its block scales) when its GEMMs run in FP8 or NVFP4."""
+        low = [k.dtype for k in kernels
+               if k.op_class is OpClass.MATMUL and k.dtype in QUANTIZED_GEMM_DTYPES]
+        if not low:
             return self.stage.activation_bytes
-        return self.stage.activation_bytes / self.stage.element_bytes
+        return self.stage.activation_bytes / self.stage.element_bytes * low[0].bytes
 
     def reduce(self, name: str, deps: tuple[int, ...]) -> int:
         """The sum over TP of a block's (or a vocabulary-parallel layer's) partial output."""
