@@ -9,6 +9,7 @@ from clustersim.simulator.cost.compute import NVFP4_OVER_FP8_GEMM, ComputeModel
 from clustersim.workloads.fp8 import NVFP4_QUANTIZE_BYTES, NVFP4_QUANTIZE_SPEED
 from clustersim.workloads.kernels import gemm
 from clustersim.workloads.layer_ops import LayerOps
+from clustersim.workloads.memory import linear_input_bytes
 from clustersim.workloads.model import PRESETS
 from clustersim.workloads.strategy import Strategy
 from clustersim.workloads.training import Precision, training_from_mapping
@@ -119,3 +120,12 @@ def test_nvfp4_on_hopper_is_a_clear_error():
     h100 = load_catalog().device("h100-sxm", "gpu")
     with pytest.raises(SpecError, match="h100-sxm has no nvfp4 rate"):
         ComputeModel(h100).kernel_time(gemm("fc1", 8192, 8192, 8192, 2.0, Dtype.NVFP4))
+
+
+def test_linear_layers_keep_their_nvfp4_input_for_wgrad():
+    """TE keeps the quantised input it cast (the column-wise NVFP4 copy wgrad reads), not the
+    16-bit tensor: 0.5 + 1/16 bytes per element."""
+    spec = training_from_mapping({"seq_len": 8, "global_batch": 1, "precision": "nvfp4"})
+    assert linear_input_bytes(spec) == pytest.approx(0.5 + 1 / 16)
+    bf16 = training_from_mapping({"seq_len": 8, "global_batch": 1})
+    assert linear_input_bytes(bf16) == 2.0
