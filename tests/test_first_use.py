@@ -108,7 +108,7 @@ def test_json_gives_peak_memory_in_gib_beside_the_decimal_stable_key(capsys, tmp
     out_json = tmp_path / "step.json"
     code, out, _ = run(capsys, "simulate", _write(tmp_path, OOM), "--allow-oom", "--json", str(out_json))
     data = json.loads(out_json.read_text())
-    gib = max(stage["total"] for stage in data["memory"]) / 2**30
+    gib = max(stage["required"] for stage in data["memory"]) / 2**30
     assert data["peak_memory_gib"] == pytest.approx(gib, rel=1e-12)
     assert data["peak_memory_gb"] == pytest.approx(gib * 2**30 / 1e9, rel=1e-12)
     assert f"peak memory     {gib:.1f} GiB per GPU" in out

@@ -87,7 +87,11 @@ def test_sampled_published_runs_give_their_golden_errors(golden):
     stored = golden.stored()["rows"]
     replayed = golden.run_sample()
     assert set(replayed) == set(golden.sample_ids())
-    moved = differences({i: stored[i]["error"] for i in replayed}, replayed)
+    errors = {i: r["error"] for i, r in replayed.items()}
+    moved = differences({i: stored[i]["error"] for i in replayed}, errors)
+    memory = {i: r["peak_memory_error"] for i, r in replayed.items()
+              if r["peak_memory_error"] is not None}
+    moved += differences({i: stored[i].get("peak_memory_error") for i in memory}, memory)
     assert not moved, (f"clustersim {' '.join(golden.args)} moved (if on purpose: "
                        f"{REGENERATE} {golden.name}):\n  " + "\n  ".join(moved))
 

@@ -89,7 +89,7 @@ def test_torchtitan_llama2_70b_per_op_recompute_within_ten_percent(catalog):
 @pytest.mark.xfail(strict=True, reason="torchtitan's H100 benchmarks ran on Grand Teton H100 96GB "
                    "HBM2e at a 500 W power limit, whose sustained clocks are not published (the "
                    "source: 'the actual peak TFLOPs number is between SXM and NVL, and we don't "
-                   "know its exact value'); on the 700 W h100-sxm they come out 14-44% fast")
+                   "know its exact value'); on the 700 W h100-sxm they come out 14-26% fast")
 def test_torchtitan_h100_runs_within_ten_percent(catalog):
     """torchtitan's 2024-12 and 2025-06 H100 benchmarks: 70B FSDP 32 x TP 8 (BF16 and float8,
     vanilla and async TP) and 405B FSDP 8 x TP 8 x PP 8 (1F1B, interleaved); all runnable."""

@@ -269,11 +269,11 @@ def build_trace(job: Job) -> Trace:
             ranks = tuple(r for r in stage_ranks if layout.coords(r)[Axis.DP] in members)
             ops = StageBuilder(part, plan).run()
             mem = stage_memory(m, part.training, part.strategy, plan).memory
-            static = mem.weights + mem.gradients + mem.optimizer + mem.comm_buffers
+            static = mem.weights + mem.gradients + mem.optimizer + mem.comm_buffers + mem.reserve
             name = f"stage{plan.stage}" + (
                 f".batch{part.training.global_batch // s.dp}" if len(replicas) > 1 else "")
             programs.append(Program(name, ranks, ops,
-                                    static_memory_bytes=static, peak_memory_bytes=mem.total))
+                                    static_memory_bytes=static, peak_memory_bytes=mem.required))
     trace = Trace(
         world_size=layout.world_size,
         programs=tuple(programs),

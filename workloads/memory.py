@@ -33,18 +33,28 @@ from clustersim.workloads.strategy import (
     Offload, Recompute, RecomputeModule, Schedule, Strategy, Zero3Granularity, micro_batches,
 )
 from clustersim.workloads.fp8 import MX_SCALE_BYTES
-from clustersim.workloads.training import AttentionKernel, Fp8Recipe, Precision, TrainingSpec
+from clustersim.workloads.training import (
+    AttentionKernel, CrossEntropy, Fp8Recipe, Precision, TrainingSpec,
+)
 
 GIB = 2.0**30
 """Bytes in a gibibyte (IEC 80000-13): the one memory unit of every output."""
 
 CONTEXT_RESERVE_BYTES = 1.0 * GIB
 """CUDA context, cuBLAS/cuDNN workspaces and NCCL's own state: PyTorch's CUDA-semantics notes
-put the context alone at several hundred MB; 1 GiB in all is the usual rule of thumb."""
-FRAGMENTATION = 0.05
-"""Caching-allocator slack on top of live tensors (fraction of the rest)."""
+put the context alone at several hundred MB; 1 GiB in all is the usual rule of thumb. Outside
+PyTorch's caching allocator: ``torch.cuda.memory_reserved`` does not count it."""
+FRAGMENTATION = 0.15
+"""Share of the caching allocator's reserved memory that no live tensor uses at the peak
+(1 - allocated / reserved). PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp;
+the CUDA-semantics notes, "Memory management") keeps freed blocks cached, rounds requests over
+1 MB up to 2 MiB and serves them by splitting cached segments, so a free split block that is
+too small for the next request stays reserved. GMLake (Guo et al., ASPLOS'24, arXiv 2401.08156)
+measures that slack in LLM training with recomputation, ZeRO and offload on A100-80GB and
+removes 15% of it on average (up to 33%) over eight LLMs: 15% is the average share used here."""
 NCCL_BUFFER_BYTES = 4 * 2**20 * 2 * 8
-"""Per communicator in use: NCCL_BUFFSIZE (4 MiB default, NCCL docs) x send/recv x 8 channels."""
+"""Per communicator in use: NCCL_BUFFSIZE (4 MiB default, NCCL docs) x send/recv x 8 channels;
+NCCL allocates them itself, outside the caching allocator."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,15 +66,40 @@ class MemoryBreakdown:
     optimizer: float
     activations: float
     comm_buffers: float
+    fragmentation: float
+    """Reserved by the caching allocator, used by no live tensor (``FRAGMENTATION``)."""
     reserve: float
+    """Outside the allocator: CUDA context and NCCL's own buffers."""
 
     @property
     def total(self) -> float:
         return sum(getattr(self, f.name) for f in fields(self))
 
+    @property
+    def allocated(self) -> float:
+        """Live tensors at the peak (``torch.cuda.max_memory_allocated``)."""
+        return self.total - self.fragmentation - self.reserve
+
+    @property
+    def required(self) -> float:
+        """What must fit in the device's memory: live tensors, CUDA context and NCCL buffers.
+        The fragmentation does not count: before it raises out-of-memory the caching allocator
+        frees its unused cached blocks and retries ``cudaMalloc`` (``release_cached_blocks``
+        in ``CUDACachingAllocator.cpp``; torchtitan logs these as allocation retries)."""
+        return self.allocated + self.reserve
+
+    @property
+    def allocator_reserved(self) -> float:
+        """What the caching allocator holds at the peak (``torch.cuda.max_memory_reserved``,
+        the figure torchtitan logs as its peak memory)."""
+        return self.total - self.reserve
+
     def to_dict(self) -> dict[str, float]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["total"] = self.total
+        out["allocated"] = self.allocated
+        out["allocator_reserved"] = self.allocator_reserved
+        out["required"] = self.required
         return out
 
 
@@ -236,7 +271,10 @@ def _state_bytes(shard: Shard, training: TrainingSpec, strategy: Strategy
     low = training.fp8_param_gather and shard.kind is not ParamKind.VOCAB
     weights = shard.resident(z >= 3 and not kept) * (
         training.precision.gemm_dtype.bytes if low else per.weights)
-    grads = shard.resident(z >= 2 and not kept) * per.gradients
+    # FSDP2 under PP with an FP32 reduce dtype accumulates the unsharded gradients in FP32
+    # between micro-batches (``FSDPParam.to_accumulated_grad_if_needed``).
+    grad_bytes = 4.0 if kept and training.fp32_grad_reduce and per.gradients < 4 else per.gradients
+    grads = shard.resident(z >= 2 and not kept) * grad_bytes
     optim = shard.resident(z >= 1) * per.optimizer
     offloaded = 0.0
     if strategy.offload in (Offload.OPTIMIZER, Offload.PARAMS):
@@ -260,6 +298,7 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
     per_layer = _mean_over_layers(model, training, st, plan)
     sbh = _sbh(model, training, st)
     kept = replace(st, recompute=Recompute.NONE)
+    working = 0.0
     if st.recompute in (Recompute.FULL, Recompute.OP):
         whole = max(layer_activation_bytes(model, training, kept, i) for i in plan.layer_ids)
         if st.recompute is Recompute.FULL:
@@ -268,9 +307,8 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
             per_layer = ((recomputed * per_layer + (plan.layers - recomputed) * whole)
                          / max(1, plan.layers))
         # The layer being recomputed holds its full activations during its backward.
-        activations = inflight_layer_sets(plan, st, micro) * per_layer + whole
-    else:
-        activations = inflight_layer_sets(plan, st, micro) * per_layer
+        working = whole
+    activations = inflight_layer_sets(plan, st, micro) * per_layer
     if st.recompute is Recompute.MODULES and RecomputeModule.MOE in st.recompute_modules:
         # The MoE block being recomputed holds its activations during its backward.
         whole_block = replace(st, recompute_modules=tuple(
@@ -284,27 +322,16 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
         activations += inflight * extra * sbh / st.sequence_split
     if plan.has_head:
         inflight = micro if st.schedule is Schedule.GPIPE else 1
-        tokens = sbh / model.hidden
-        # Final-norm input, LM-head input, and FP32 logits kept for the cross-entropy gradient.
-        head = (e * sbh / st.sequence_split + e * sbh
-                + 4.0 * tokens * vocab_rows(model, st))
-        # Each MTP module keeps a layer like the last one (never recomputed here), its input
-        # projection's input (2h) and its own pass through the head.
-        mtp = model.mtp_layers * (layer_activation_bytes(model, training, kept, model.layers - 1)
-                                  + 2 * e * sbh / st.sequence_split + head)
-        activations += inflight * (head + mtp)
+        stored, loss = _head_bytes(model, training, st)
+        activations += inflight * stored
+        # The loss's peak comes before any layer's backward: the larger of the two counts.
+        working = max(working, loss)
+    activations += working
 
     comm = 0.0
     communicators = sum(1 for d in (st.tp, st.pp, st.dp, st.cp, st.ep) if d > 1)
-    comm += communicators * NCCL_BUFFER_BYTES
     if (st.zero >= 3 and not st.fsdp_keeps_gathered) or st.offload is Offload.PARAMS:
-        # Gathered 16-bit parameters of the current and the prefetched unit (a layer, or a
-        # tensor), plus one unit's full gradient before its reduce-scatter.
-        if st.zero3_granularity is Zero3Granularity.TENSOR:
-            unit = max(t.params for tensors in shards.tensors.values() for t in tensors)
-        else:
-            unit = max(sum(s.params for s in layer) for layer in shards.layers.values())
-        comm += 3 * unit * 2.0
+        comm += _gathered_bytes(st, training, shards)
     if st.sequence_parallel:
         comm += e * sbh           # all-gather output buffer
     if st.cp > 1:
@@ -312,12 +339,57 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
         comm += 2 * 2 * e * tokens * model.kv_dim / st.tp   # double-buffered K and V blocks
     if st.pp > 1:
         comm += 2 * e * sbh       # send and receive buffers
-    live = weights + grads + optim + activations + comm
-    reserve = CONTEXT_RESERVE_BYTES + FRAGMENTATION * live
-    breakdown = MemoryBreakdown(weights=weights, gradients=grads, optimizer=optim,
-                                activations=activations, comm_buffers=comm, reserve=reserve)
+    allocated = weights + grads + optim + activations + comm
+    breakdown = MemoryBreakdown(
+        weights=weights, gradients=grads, optimizer=optim, activations=activations,
+        comm_buffers=comm, fragmentation=allocated * FRAGMENTATION / (1.0 - FRAGMENTATION),
+        reserve=CONTEXT_RESERVE_BYTES + communicators * NCCL_BUFFER_BYTES)
     return StageMemory(stage=plan.stage, layers=plan.layers, memory=breakdown,
                        offloaded_bytes=offloaded)
+
+
+def loss_peak_bytes(model: TransformerSpec, training: TrainingSpec, strategy: Strategy) -> float:
+    """The loss's own peak, one micro-batch (``CrossEntropy``): 0 for the fused kernel, whose
+    FP32 softmax is counted as a kept activation; 12 bytes per logit on this device for
+    torchtitan's eager FP32 cross-entropy, 16 under TP's ``loss_parallel``."""
+    if training.cross_entropy is CrossEntropy.FUSED:
+        return 0.0
+    logits = _sbh(model, training, strategy) / model.hidden * vocab_rows(model, strategy)
+    return logits * (16.0 if strategy.tp > 1 else 12.0)
+
+
+def _head_bytes(model: TransformerSpec, training: TrainingSpec, strategy: Strategy
+                ) -> tuple[float, float]:
+    """(kept activations, loss peak) of the head and its MTP modules, one micro-batch."""
+    st, e = strategy, training.precision.activation_bytes
+    sbh = _sbh(model, training, st)
+    # Final-norm input, LM-head input, and (fused loss) FP32 logits kept for its gradient.
+    fused = training.cross_entropy is CrossEntropy.FUSED
+    head = (e * sbh / st.sequence_split + e * sbh
+            + (4.0 * sbh / model.hidden * vocab_rows(model, st) if fused else 0.0))
+    # Each MTP module keeps a layer like the last one (never recomputed here), its input
+    # projection's input (2h) and its own pass through the head.
+    kept = replace(st, recompute=Recompute.NONE)
+    mtp = model.mtp_layers * (layer_activation_bytes(model, training, kept, model.layers - 1)
+                              + 2 * e * sbh / st.sequence_split + head)
+    return head + mtp, loss_peak_bytes(model, training, st)
+
+
+def _gathered_bytes(strategy: Strategy, training: TrainingSpec, shards) -> float:
+    """ZeRO-3's unsharded buffers: the 16-bit parameters of the current and the prefetched
+    unit (a layer, or a tensor), one unit's 16-bit gradient before its reduce-scatter and, with
+    an FP32 reduce dtype, the FP32 reduce-scatter input FSDP2 copies it into
+    (``foreach_reduce``). FSDP2 keeps its root unit (embedding and LM head) gathered from
+    forward to backward (``FSDPState._lazy_init``: no reshard after forward for the root)."""
+    st = strategy
+    if st.zero3_granularity is Zero3Granularity.TENSOR:
+        unit = max(t.params for tensors in shards.tensors.values() for t in tensors)
+        return 3 * unit * 2.0
+    unit = max(sum(s.params for s in layer) for layer in shards.layers.values())
+    out = 3 * unit * 2.0 + (4.0 * unit if training.fp32_grad_reduce else 0.0)
+    if shards.root is not None and st.zero >= 3 and st.offload is not Offload.PARAMS:
+        out += 2.0 * shards.root.params
+    return out
 
 
 def memory_per_stage(model: TransformerSpec, training: TrainingSpec,

@@ -71,6 +71,20 @@ class Fp8Recipe(enum.Enum):
     pass; each operand is written row-wise and column-wise with its scales (OCP MX v1.0)."""
 
 
+class CrossEntropy(enum.Enum):
+    """How the loss turns the LM head's logits into a loss: what it holds at its peak."""
+
+    FUSED = "fused"
+    """Megatron-Core's vocabulary-parallel cross-entropy: one FP32 copy of the logits, turned
+    into the softmax in place and kept for the backward (4 bytes per logit)."""
+    EAGER_FP32 = "eager_fp32"
+    """torchtitan's ``cross_entropy(logits.float(), labels)`` in eager PyTorch (its loss is not
+    compiled, torchtitan 9dec370 ``train.py``): the log-probabilities, the gradient nll_loss's
+    backward writes and log_softmax's input gradient, three FP32 tensors at once (12 bytes per
+    logit); under TP, ``loss_parallel``'s DTensor backward adds ``exp(x)`` and the sum before
+    its product (four, 16 bytes; torch/distributed/tensor/parallel/loss.py)."""
+
+
 class Optimizer(enum.Enum):
     ADAM = "adam"
 
@@ -109,6 +123,12 @@ class TrainingSpec:
     """Linear layers keep their FP8-cast inputs for the backward pass (Transformer Engine,
     Megatron-Core, NeMo); false for torchao's float8 (torchtitan), which keeps the 16-bit
     inputs and casts them again in the backward."""
+    cross_entropy: CrossEntropy = CrossEntropy.FUSED
+    """The loss kernel (its memory at the head's peak)."""
+    fp32_grad_reduce: bool = False
+    """Gradients reduced and accumulated in FP32 (torchtitan's FSDP2 ``MixedPrecisionPolicy``
+    with ``reduce_dtype=float32``, its ``mixed_precision_reduce`` default): FP32 reduce-scatter
+    inputs, 4 bytes per element on the wire, FP32 unsharded gradient accumulation under PP."""
     moe: MoeRouting = MoeRouting()
     """How a mixture of experts routes: capacity factor (dropless by default), expert skew."""
 
@@ -122,6 +142,8 @@ class TrainingSpec:
                 "optimizer": self.optimizer.value, "attention": self.attention.value,
                 "fp8_recipe": self.fp8_recipe.value, "fp8_param_gather": self.fp8_param_gather,
                 "fp8_saved_inputs": self.fp8_saved_inputs,
+                "cross_entropy": self.cross_entropy.value,
+                "fp32_grad_reduce": self.fp32_grad_reduce,
                 "moe": {"capacity_factor": self.moe.capacity_factor,
                         "pad_to_capacity": self.moe.pad_to_capacity,
                         "expert_skew": self.moe.expert_skew}}
@@ -139,6 +161,8 @@ def training_from_mapping(data: Mapping, path: str = "training") -> TrainingSpec
         fp8_recipe=f.choice("fp8_recipe", Fp8Recipe, Fp8Recipe.DELAYED),
         fp8_param_gather=f.boolean("fp8_param_gather", False),
         fp8_saved_inputs=f.boolean("fp8_saved_inputs", True),
+        cross_entropy=f.choice("cross_entropy", CrossEntropy, CrossEntropy.FUSED),
+        fp32_grad_reduce=f.boolean("fp32_grad_reduce", False),
         moe=_routing(f.sub("moe")),
     )
     f.done()

@@ -17,7 +17,8 @@ from clustersim.workloads.memory import GIB  # noqa: E402
 PART_LABELS = {"compute_s": "compute", "bubble_s": "pipeline bubble", "optimizer_s": "optimizer",
                "offload_s": "offload copies", "other_s": "other",
                **{f"exposed_{a}_s": f"exposed {a.upper()} comm" for a in AXES}}
-MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "comm_buffers", "reserve")
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "comm_buffers", "fragmentation",
+                "reserve")
 COLORS = plt.get_cmap("tab10").colors
 
 

@@ -19,9 +19,10 @@ def memory_table(report: StepReport) -> str:
         mem = s.memory
         rows.append([s.stage, s.layers] + [f"{v / GIB:.1f}" for v in (
             mem.weights, mem.gradients, mem.optimizer, mem.activations, mem.comm_buffers,
-            mem.reserve, mem.total)] + ["yes" if mem.total <= cap else "NO"])
-    headers = ["stage", "layers", "weights", "grads", "optim", "activ", "buffers", "reserve",
-               "total", "fits"]
+            mem.fragmentation, mem.reserve, mem.total, mem.required)]
+            + ["yes" if mem.required <= cap else "NO"])
+    headers = ["stage", "layers", "weights", "grads", "optim", "activ", "buffers", "frag",
+               "reserve", "total", "required", "fits"]
     hbm = " / ".join(f"{g.device.memory_bytes / GIB:.0f}" for g in cluster.device_groups)
     table = render(headers, rows, title=f"Memory per GPU (GiB; HBM {hbm} GiB)")
     if not cluster.groups:
@@ -72,12 +73,12 @@ def memory_banner(report: StepReport) -> str:
         bar = "!" * min(len(line), 100)
         return f"{bar}\n{line}\n{bar}"
     cap = cluster.device.memory_bytes
-    over = [s for s in report.memory if s.memory.total > cap] or list(report.memory)
-    worst = max(over, key=lambda s: s.memory.total)
+    over = [s for s in report.memory if s.memory.required > cap] or list(report.memory)
+    worst = max(over, key=lambda s: s.memory.required)
     stages = ", ".join(str(s.stage) for s in over)
     line = (f"DOES NOT FIT IN MEMORY: stage{'s' if len(over) > 1 else ''} {stages} "
             f"need{'' if len(over) > 1 else 's'} up to "
-            f"{worst.memory.total / GIB:.1f} GiB per GPU of {cap / GIB:.1f} GiB; the step time "
+            f"{worst.memory.required / GIB:.1f} GiB per GPU of {cap / GIB:.1f} GiB; the step time "
             "below assumes memory the GPU does not have (try recompute, ZeRO, more pipeline "
             "stages or `clustersim sweep`)")
     bar = "!" * min(len(line), 100)

@@ -182,7 +182,7 @@ def _fits_memory(job: Job, cluster: ClusterSpec, stage_groups: list[set[int]]):
     def fits(stage: int, start: int, end: int) -> bool:
         plan = StagePlan(stage=stage, chunk_layers=(end - start,), has_embedding=stage == 0,
                          has_head=stage == pp - 1, chunk_layer_ids=(tuple(range(start, end)),))
-        need = stage_memory(job.model, job.training, s, plan).memory.total
+        need = stage_memory(job.model, job.training, s, plan).memory.required
         return need <= capacity[stage]
     return fits
 

@@ -129,7 +129,7 @@ def compare_one(name: str, raw: dict, base_dir: Path, catalog: Sequence[str], sw
             loaded = from_mapping(raw, base_dir, catalog)
             report = run_step(loaded.config)
             step = {**report.result.to_dict(),
-                    "peak_memory_gib": max(s.memory.total for s in report.memory) / GIB}
+                    "peak_memory_gib": max(s.memory.required for s in report.memory) / GIB}
             return row_for(loaded, step, strategy_columns(loaded.config.job))
         loaded = from_mapping(raw, base_dir, catalog)
         outcome = run_sweep(loaded, sweep_dir, workers=workers, dask_address=dask_address,
@@ -162,7 +162,7 @@ def shared_rows(name: str, raw: dict, base_dir: Path, catalog: Sequence[str],
         job = job_config.job
         loaded = LoadedConfig(replace(job_config, name=f"{name} / {job_config.name}"), raw)
         step = {**outcome.together.to_dict(),
-                "peak_memory_gib": max(s.memory.total for s in job.memory()) / GIB}
+                "peak_memory_gib": max(s.memory.required for s in job.memory()) / GIB}
         rows.append({**row_for(loaded, step, strategy_columns(job)),
                      "placement": config.placement.value,
                      "alone_step_time_s": outcome.alone.step_time_s, "lost_s": outcome.lost_s,

@@ -146,7 +146,7 @@ class Candidate:
 
     @property
     def peak_memory_bytes(self) -> float:
-        return max((s.memory.total for s in self.memory), default=0.0)
+        return max((s.memory.required for s in self.memory), default=0.0)
 
 
 def strategy_key(job: Job) -> str:
@@ -263,7 +263,7 @@ def enumerate_space(base: Job, world: int, capacity_bytes: float,
             out.append(Candidate(index, job, Status.INVALID, str(err)))
             continue
         memory = job.memory()
-        peak = max(s.memory.total for s in memory)
+        peak = max(s.memory.required for s in memory)
         if peak > capacity_bytes:
             out.append(Candidate(index, job, Status.DOES_NOT_FIT,
                                  f"needs {peak / GIB:.1f} GiB of {capacity_bytes / GIB:.0f} GiB",

@@ -28,6 +28,7 @@ from clustersim.hardware_specs import Catalog, SpecError
 from clustersim.hardware_specs.textfile import read_csv_rows
 from clustersim.simulator import SimulationOptions
 from clustersim.workloads import Job
+from clustersim.workloads.memory import GIB
 from clustersim.workloads.model import TransformerSpec, from_mapping
 from clustersim.workloads.model_sources import resolve
 from clustersim.workloads.strategy import strategy_from_mapping
@@ -52,6 +53,12 @@ class RowOutcome:
     fits: bool = True
     problem: str = ""
     mfu: float | None = None
+    measured_peak_gib: float | None = None
+    """The source's peak memory per GPU (torchtitan logs the caching allocator's
+    ``max_memory_reserved``, the largest over GPUs), where it prints one."""
+    predicted_peak_gib: float | None = None
+    """The largest stage's caching-allocator reserve (``MemoryBreakdown.allocator_reserved``):
+    live tensors and fragmentation, without the CUDA context and NCCL's buffers, as measured."""
 
     @property
     def error(self) -> float | None:
@@ -60,10 +67,20 @@ class RowOutcome:
             return None
         return time_error(self.predicted_s, self.measured_s)
 
+    @property
+    def peak_memory_error(self) -> float | None:
+        """Signed fraction, predicted / measured peak memory - 1 (None without both)."""
+        if self.measured_peak_gib is None or self.predicted_peak_gib is None:
+            return None
+        return self.predicted_peak_gib / self.measured_peak_gib - 1.0
+
     def to_dict(self) -> dict:
         return {"id": self.id, "measured_step_time_s": self.measured_s,
                 "predicted_step_time_s": self.predicted_s, "error": self.error,
-                "fits_in_memory": self.fits, "problem": self.problem, "mfu": self.mfu}
+                "fits_in_memory": self.fits, "problem": self.problem, "mfu": self.mfu,
+                "measured_peak_memory_gib": self.measured_peak_gib,
+                "predicted_peak_memory_gib": self.predicted_peak_gib,
+                "peak_memory_error": self.peak_memory_error}
 
 
 FLASH_ATTENTION = (2022, 5, 14135)
@@ -126,6 +143,21 @@ def _int(row: dict, key: str, default: int | None = None) -> int:
         raise SpecError(key, f"expected a whole number, got {text!r}") from None
 
 
+def _measured_peak(row: dict) -> float | None:
+    """The ``measured_peak_memory_gib`` column: None when empty."""
+    text = _cell(row, "measured_peak_memory_gib")
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise SpecError("measured_peak_memory_gib",
+                        f"expected a positive number of GiB or nothing, got {text!r}")
+    return value
+
+
 def _measured(row: dict) -> float:
     text = _cell(row, "measured_step_time_s")
     try:
@@ -166,7 +198,8 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "micro_batch": _int(row, "micro_batch", 1),
         "precision": _cell(row, "precision", "bf16"),
         "attention": software.get("attention", "flash"),
-        **{key: _cell(row, key) for key in ("fp8_recipe", "fp8_param_gather") if _cell(row, key)},
+        **{key: _cell(row, key) for key in ("fp8_recipe", "fp8_param_gather", "cross_entropy",
+                                            "fp32_grad_reduce") if _cell(row, key)},
         **{key: software[key] for key in ("fp8_saved_inputs",) if key in software},
     })
     v = _int(row, "virtual_stages", 1)
@@ -217,12 +250,15 @@ def _outcome(row: dict, catalog: Catalog, options: SimulationOptions) -> RowOutc
     rid = _cell(row, "id", "?")
     try:
         measured = _measured(row)
+        measured_peak = _measured_peak(row)
         config = row_config(row, catalog)
     except (SpecError, ValueError) as err:
         return RowOutcome(rid, math.nan, problem=str(err))
     report = run_step(config, options=options)
+    reserved = max(s.memory.allocator_reserved for s in report.memory) / GIB
     return RowOutcome(rid, measured, report.result.step_time_s, report.result.fits_in_memory,
-                      mfu=report.result.mfu)
+                      mfu=report.result.mfu, measured_peak_gib=measured_peak,
+                      predicted_peak_gib=reserved)
 
 
 @dataclass(frozen=True)
@@ -233,35 +269,60 @@ class ValidationSummary:
     max_abs_error: float
     not_fitting: int
     unmapped: int
+    peak_memory_compared: int = 0
+    """Rows with a measured peak memory (fitting or not: memory is predicted either way)."""
+    peak_memory_mape: float = math.nan
+    peak_memory_max_abs_error: float = math.nan
 
     def to_dict(self) -> dict:
-        return self.__dict__.copy()
+        """Plain values; a statistic with nothing to average is None (valid JSON)."""
+        return {k: None if isinstance(v, float) and math.isnan(v) else v
+                for k, v in self.__dict__.items()}
 
 
 def summarize(outcomes: list[RowOutcome]) -> ValidationSummary:
     fitted = [o for o in outcomes if o.error is not None and o.fits]
     errors = [abs(o.error) for o in fitted]
+    memory = [abs(o.peak_memory_error) for o in outcomes if o.peak_memory_error is not None]
     return ValidationSummary(
         rows=len(outcomes), compared=len(fitted),
         mape=sum(errors) / len(errors) if errors else math.nan,
         max_abs_error=max(errors) if errors else math.nan,
         not_fitting=sum(1 for o in outcomes if o.error is not None and not o.fits),
-        unmapped=sum(1 for o in outcomes if o.error is None))
+        unmapped=sum(1 for o in outcomes if o.error is None),
+        peak_memory_compared=len(memory),
+        peak_memory_mape=sum(memory) / len(memory) if memory else math.nan,
+        peak_memory_max_abs_error=max(memory) if memory else math.nan)
 
 
 def render_outcomes(outcomes: list[RowOutcome]) -> str:
+    """The table; with peak-memory columns when some row has a measured peak."""
+    memory = any(o.measured_peak_gib is not None for o in outcomes)
     rows = []
     for o in outcomes:
         if o.error is None:
-            rows.append([o.id, "-", "-", "-", "-", f"not mapped: {o.problem}"])
-        else:
-            note = "" if o.fits else "does not fit in memory"
-            rows.append([o.id, f"{o.measured_s:.3f}", f"{o.predicted_s:.3f}",
-                         f"{100 * o.error:+.1f}%", f"{100 * o.mfu:.1f}%", note])
+            row = [o.id, "-", "-", "-", "-"] + (["-"] * 3 if memory else [])
+            rows.append(row + [f"not mapped: {o.problem}"])
+            continue
+        row = [o.id, f"{o.measured_s:.3f}", f"{o.predicted_s:.3f}", f"{100 * o.error:+.1f}%",
+               f"{100 * o.mfu:.1f}%"]
+        if memory:
+            known = o.peak_memory_error is not None
+            row += [f"{o.measured_peak_gib:.1f}" if known else "",
+                    f"{o.predicted_peak_gib:.1f}",
+                    f"{100 * o.peak_memory_error:+.1f}%" if known else ""]
+        rows.append(row + ["" if o.fits else "does not fit in memory"])
     s = summarize(outcomes)
-    table = render(["run", "measured s", "predicted s", "error", "MFU", "note"], rows)
+    headers = ["run", "measured s", "predicted s", "error", "MFU"]
+    if memory:
+        headers += ["peak GiB", "predicted GiB", "mem error"]
+    table = render(headers + ["note"], rows)
     accuracy = (f"MAPE {100 * s.mape:.2f}%, max |error| {100 * s.max_abs_error:.1f}%"
                 if s.compared else "no accuracy to report")
     tail = (f"\n\n{ERROR_MEANING}\n{s.compared} runs compared: {accuracy}; {s.not_fitting} do not "
             f"fit in memory; {s.unmapped} not mapped")
+    if s.peak_memory_compared:
+        tail += (f"\npeak memory (the caching allocator's reserve, predicted / measured - 1) on "
+                 f"{s.peak_memory_compared} runs: mean |error| {100 * s.peak_memory_mape:.1f}%, "
+                 f"max {100 * s.peak_memory_max_abs_error:.1f}%")
     return table + tail

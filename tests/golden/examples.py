@@ -33,7 +33,7 @@ the model shows, and is accepted by regenerating the goldens."""
 def _step(out: dict) -> dict:
     return {key: out[key] for key in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu",
                                       "fits_in_memory", "breakdown")} | {
-        "peak_memory_gib": max(stage["total"] for stage in out["memory"]) / GIB,
+        "peak_memory_gib": max(stage["required"] for stage in out["memory"]) / GIB,
         "rank_classes": len(out["rank_classes"]),
         "events": out["simulation"]["events"]}
 

@@ -60,6 +60,19 @@ def _spread(*subset: str) -> dict[str, Callable[[dict], float]]:
             "max_abs": lambda g: max(map(abs, errors(g)))}
 
 
+def _peak_memory_errors(name: str) -> Callable[[dict], list[float]]:
+    """Peak-memory errors of a validation golden's rows that print a measured peak."""
+    return lambda g: [r["peak_memory_error"] for r in g[name]["rows"].values()
+                      if r.get("peak_memory_error") is not None]
+
+
+def _memory_spread(name: str) -> dict[str, Callable[[dict], float]]:
+    errors = _peak_memory_errors(name)
+    return {"mape": lambda g: sum(map(abs, errors(g))) / len(errors(g)),
+            "n": lambda g: len(errors(g)),
+            "min": lambda g: min(errors(g)), "max": lambda g: max(errors(g))}
+
+
 def _row(name: str, rid: str) -> Callable[[dict], float]:
     return lambda g: g[name]["rows"][rid]["error"]
 
@@ -120,6 +133,13 @@ DERIVED: dict[str, Callable[[dict], float]] = {
     **{f"{key}_{stat}": f for key, subset in _SUBSETS.items()
        for stat, f in _spread(*subset).items()},
     **{key: _row(*row) for key, row in _ROWS.items()},
+    **{f"tt_mem_{stat}": f for stat, f in _memory_spread("validate_torchtitan").items()},
+    **{f"tt_mem_{key}": (lambda rid: lambda g: g["validate_torchtitan"]["rows"][rid][
+        "peak_memory_error"])(rid) for key, rid in (
+        ("70b_2d", "torchtitan_h100_llama3.1_70b_256gpu_2d_fp8"),
+        ("70b_asynctp", "torchtitan_h100_llama3.1_70b_256gpu_2d_fp8_asynctp"),
+        ("405b_1f1b", "torchtitan_h100_llama3.1_405b_512gpu_3d_1f1b"),
+        ("405b_interleaved", "torchtitan_h100_llama3.1_405b_512gpu_3d_interleaved"))},
     "moe_ep_ratio": lambda g: (_ep("moe_fabric_contention")(g)
                                / _ep("moe_fabric_contention_rail")(g)),
     "llama405b_all_interruptions": lambda g: (_llama405b("interruptions_mean")(g)

@@ -70,6 +70,9 @@ class ValidationGolden:
             rows[r["id"]] = {"error": _finite(r["error"]), "problem": r["problem"],
                              "fits_in_memory": r["fits_in_memory"], "gpu": row.get("gpu", ""),
                              "precision": row.get("fp8_recipe") or row.get("precision", "")}
+            if r.get("measured_peak_memory_gib") is not None:
+                rows[r["id"]] |= {key: r[key] for key in (
+                    "measured_peak_memory_gib", "predicted_peak_memory_gib", "peak_memory_error")}
         return {"summary": out["summary"], "rows": rows}
 
     def run(self) -> dict:
@@ -82,8 +85,9 @@ class ValidationGolden:
             return ids
         return [ids[round(i * (len(ids) - 1) / (SAMPLE - 1))] for i in range(SAMPLE)]
 
-    def run_sample(self) -> dict[str, float | None]:
-        """The errors of :meth:`sample_ids`, replayed from a copy of the file cut to them."""
+    def run_sample(self) -> dict[str, dict]:
+        """The step-time and peak-memory errors of :meth:`sample_ids`, replayed from a copy of
+        the file cut to them."""
         table, wanted = self.table(), set(self.sample_ids())
         with tempfile.TemporaryDirectory() as tmp:
             cut = Path(tmp) / self.runs
@@ -92,7 +96,9 @@ class ValidationGolden:
                 writer.writeheader()
                 writer.writerows(row for row in table if row["id"] in wanted)
             out = _validate(cut)
-        return {r["id"]: _finite(r["error"]) for r in out["rows"]}
+        return {r["id"]: {"error": _finite(r["error"]),
+                          "peak_memory_error": r.get("peak_memory_error")}
+                for r in out["rows"]}
 
     def stored(self) -> dict:
         return json.loads(self.path.read_text())

@@ -142,7 +142,7 @@ def build_cnn_trace(job: CnnJob) -> Trace:
     memory = job.memory()
     static = memory.weights + memory.gradients + memory.optimizer + memory.reserve
     program = Program("cnn", tuple(range(job.world_size)), CnnProgram(job).run(),
-                      static_memory_bytes=static, peak_memory_bytes=memory.total)
+                      static_memory_bytes=static, peak_memory_bytes=memory.required)
     trace = Trace(world_size=job.world_size, programs=(program,), group_sets=group_sets(job),
                   model_flops=job.model_flops_per_step, tokens=float(job.global_batch),
                   meta={"model": job.model.name, "family": "cnn3d",

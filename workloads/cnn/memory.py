@@ -75,7 +75,7 @@ class CnnMemory:
 
     def breakdown(self) -> MemoryBreakdown:
         """One rank's bytes, with the transformer model's reserve rule (CUDA context and
-        workspaces, plus allocator slack on the live bytes)."""
+        workspaces) and caching-allocator fragmentation."""
         p = self.spec.parameters
         activations = self.samples * (self.activations_per_sample() / self.grid.size
                                       + halo_elements_per_sample(self.spec, self.grid)
@@ -84,5 +84,6 @@ class CnnMemory:
         return MemoryBreakdown(weights=p * MASTER_BYTES, gradients=p * GRADIENT_BYTES,
                                optimizer=p * self.optimizer.state_bytes,
                                activations=activations, comm_buffers=0.0,
-                               reserve=CONTEXT_RESERVE_BYTES
-                               + FRAGMENTATION * (state + activations))
+                               fragmentation=(state + activations) * FRAGMENTATION
+                               / (1.0 - FRAGMENTATION),
+                               reserve=CONTEXT_RESERVE_BYTES)

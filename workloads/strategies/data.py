@@ -15,6 +15,8 @@ gathers, the optimizer step and its offload.
 - FP8 weights (``training.fp8_param_gather``: Megatron's ``--fp8-param-gather``, FSDP2's float8
   all-gather) are gathered in 1 byte, NVFP4 weights (``fp4_param_gather``) in 0.5 + 1/16; the
   vocabulary tables and gradients stay 16-bit.
+- FP32 gradient reduction (``training.fp32_grad_reduce``: torchtitan's FSDP2 mixed-precision
+  policy, ``reduce_dtype=float32``): every gradient reduction carries 4 bytes per element.
 - Offload (ZeRO-Offload, ZeRO-Infinity): gradients to the host, the Adam step there, parameters
   back; offloaded parameters also come from the host before each gather.
 
@@ -52,6 +54,7 @@ class DataParallel:
         self.fp8_weights = stage.job.training.fp8_param_gather
         self.gemm_bytes = stage.job.training.precision.gemm_dtype.bytes
         """Bytes of a weight gathered in the GEMM format (1 for FP8, 0.5 + 1/16 for NVFP4)."""
+        self.fp32_grads = stage.job.training.fp32_grad_reduce
         self.shards = stage_shards(stage.model, s, stage.plan)
         self.gathers_updated = 1 <= s.zero <= 2 and any(
             shard.ranks > 1 for shard in self.shards.by_group().values())
@@ -75,6 +78,8 @@ class DataParallel:
         for shard in shards:
             low = weights and self.fp8_weights and shard.kind is not ParamKind.VOCAB
             nbytes = shard.params * (self.gemm_bytes if low else self.stage.element_bytes)
+            if kind is not CollectiveKind.ALL_GATHER and self.fp32_grads:
+                nbytes = shard.params * 4.0    # FSDP2's FP32 reduce dtype
             seen = groups.get(shard.group)
             groups[shard.group] = (shard, nbytes) if seen is None else (seen[0], seen[1] + nbytes)
         out = []
