@@ -26,12 +26,19 @@ class Kernel:
     batch: int = 1
     dtype: Dtype = Dtype.BF16
     """Arithmetic format that sets the peak rate (FP8 GEMMs under FP8 training)."""
+    launches: int = 1
+    """Kernels this record stands for, issued one after another: Transformer Engine's grouped
+    GEMM (``GroupedLinear``) issues one cuBLAS GEMM per local expert over four streams
+    (``multi_stream_cublas_gemm``), each paying its own fixed cost."""
 
 
-def gemm(name: str, m: int, n: int, k: int, elem: float, dtype: Dtype, batch: int = 1) -> Kernel:
+def gemm(name: str, m: int, n: int, k: int, elem: float, dtype: Dtype, batch: int = 1,
+         launches: int = 1) -> Kernel:
+    """``batch`` GEMMs of one shape; ``launches``: how many separate kernels run them (one for
+    a batched or grouped kernel, ``batch`` for a loop of GEMMs)."""
     flops = 2.0 * m * n * k * batch
     traffic = (m * k + k * n + m * n) * elem * batch
-    return Kernel(name, OpClass.MATMUL, flops, traffic, m, n, k, batch, dtype)
+    return Kernel(name, OpClass.MATMUL, flops, traffic, m, n, k, batch, dtype, launches)
 
 
 def elementwise(name: str, elements: float, passes: float, elem: float,
@@ -49,8 +56,8 @@ def backward_of(kernels: tuple[Kernel, ...], elem: float) -> tuple[Kernel, ...]:
     out: list[Kernel] = []
     for k in kernels:
         if k.op_class is OpClass.MATMUL:
-            out.append(gemm(f"{k.name}.dgrad", k.m, k.k, k.n, elem, k.dtype, k.batch))
-            out.append(gemm(f"{k.name}.wgrad", k.k, k.n, k.m, elem, k.dtype, k.batch))
+            out.append(gemm(f"{k.name}.dgrad", k.m, k.k, k.n, elem, k.dtype, k.batch, k.launches))
+            out.append(gemm(f"{k.name}.wgrad", k.k, k.n, k.m, elem, k.dtype, k.batch, k.launches))
         elif k.op_class in ATTENTION_CLASSES:
             out.append(Kernel(f"{k.name}.bwd", k.op_class, 2.5 * k.flops, 2.0 * k.bytes,
                               k.m, k.n, k.k, k.batch, k.dtype))

@@ -16,8 +16,9 @@ Sources:
   Megatron-LM's ``num_floating_point_operations`` (MLA, routed and shared experts, dense first
   layers, MTP), tested against it.
 - MoE layers: router GEMM and its FP32 softmax/top-k, permute and unpermute, grouped expert
-  GEMMs whose rows are the busiest device's tokens per expert (``routing.expert_load``), shared
-  experts as a dense MLP every token passes.
+  GEMMs whose rows are the busiest device's tokens per expert (``routing.expert_load``), issued
+  as one GEMM per local expert (Transformer Engine's ``GroupedLinear``), shared experts as a
+  dense MLP every token passes.
 Kernels describe ONE device's share (after TP/CP/EP splits) for ONE micro-batch.
 """
 
@@ -167,10 +168,11 @@ class LayerOps:
         received = rows * local_experts
         if s.ep > 1:  # the received rows, sorted from source-major to expert-major
             out.append(_elementwise("expert_sort", received * m.hidden, 2, e))
-        out += [_gemm("expert_fc1", rows, up_n, m.hidden, e, gd, local_experts),
+        # Transformer Engine's GroupedLinear: one cuBLAS GEMM per local expert.
+        out += [_gemm("expert_fc1", rows, up_n, m.hidden, e, gd, local_experts, local_experts),
                 _elementwise("expert_act", received * f, 3 if m.mlp is Mlp.SWIGLU else 2, e,
                              OpClass.TRANSCENDENTAL),
-                _gemm("expert_fc2", rows, m.hidden, f, e, gd, local_experts)]
+                _gemm("expert_fc2", rows, m.hidden, f, e, gd, local_experts, local_experts)]
         if s.ep > 1:
             out.append(_elementwise("expert_unsort", received * m.hidden, 2, e))
         # Read every expert output and its probability, write the weighted sum per token.

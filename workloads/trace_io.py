@@ -5,7 +5,8 @@
   "programs": [{"name", "ranks", "static_memory_bytes", "peak_memory_bytes",
                 "ops": [{"type": "compute"|"collective"|"send"|"recv"|"copy"|"memory", "id",
                          "name", "stream", "deps", ...type-specific fields}]}]}``
-Compute ops carry their kernels (name, op_class, flops, bytes, m, n, k, batch, dtype).
+Compute ops carry their kernels (name, op_class, flops, bytes, m, n, k, batch, dtype,
+launches).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ _TYPE = {ComputeOp: "compute", CollectiveOp: "collective", SendOp: "send", RecvO
 
 
 def _kernel_dict(k: Kernel) -> dict:
-    return {"name": k.name, "op_class": k.op_class.value, "flops": k.flops, "bytes": k.bytes,
-            "m": k.m, "n": k.n, "k": k.k, "batch": k.batch, "dtype": k.dtype.value}
+    out = {"name": k.name, "op_class": k.op_class.value, "flops": k.flops, "bytes": k.bytes,
+           "m": k.m, "n": k.n, "k": k.k, "batch": k.batch, "dtype": k.dtype.value}
+    return out | ({"launches": k.launches} if k.launches != 1 else {})
 
 
 def op_to_dict(op: Op) -> dict:
@@ -72,7 +74,8 @@ def trace_to_dict(trace: Trace) -> dict:
 def _kernel(d: dict) -> Kernel:
     return Kernel(d["name"], OpClass(d["op_class"]), float(d["flops"]), float(d["bytes"]),
                   int(d.get("m", 0)), int(d.get("n", 0)), int(d.get("k", 0)),
-                  int(d.get("batch", 1)), Dtype(d.get("dtype", "bf16")))
+                  int(d.get("batch", 1)), Dtype(d.get("dtype", "bf16")),
+                  int(d.get("launches", 1)))
 
 
 def _routing(d: dict | None) -> TokenRouting | None:

@@ -10,7 +10,8 @@
 - Fused attention runs at ``peak x attention efficiency`` with the same tile/wave and K-loop terms
   (query tiles over batch x heads; the key length plays K).
 - Element-wise kernels move bytes at ``HBM bandwidth x memory efficiency``.
-Every kernel is also bounded below by its HBM traffic (roofline) and pays a launch gap.
+Every kernel is also bounded below by its HBM traffic (roofline) and pays a launch gap; a
+grouped GEMM run as one GEMM per expert pays a measured fixed cost for each of them.
 A calibrated device profile (``efficiency.curves``) replaces the analytic factors by measured
 ``size -> fraction`` curves.
 """
@@ -44,6 +45,12 @@ device's FP8 max-achievable rate (capped at the NVFP4 peak), on every Blackwell 
 measurement is B300's)."""
 LAUNCH_GAP_S = 2e-6
 """Idle time between dependent kernels on one stream (launch latency, tail)."""
+GROUPED_GEMM_LAUNCH_S = (1.0 / 553.945e12 - 1.0 / 627.903e12) * 2 * 2048 * 768 * 2048 * 16 / 8
+"""Fixed cost of each GEMM of Transformer Engine's grouped GEMM (one cuBLAS GEMM per expert on
+four streams): 2.74 us. TE PR #2045 (TE 2.7, CUDA 12.9, H100) measured ``general_grouped_gemm``
+at 553.9 TFLOP/s for 16 experts of 2048 x 768 x 2048 and 627.9 TFLOP/s for 8 experts of
+4096 x 768 x 2048: the same FLOPs, n and k, so the 21.9 us between them is the cost of the 8
+extra GEMMs."""
 
 
 def shape_factor(m: int, n: int, k: int, batch: int, sms: int, k_overhead: float) -> float:
@@ -114,7 +121,8 @@ class ComputeModel:
             return LAUNCH_GAP_S + max(k.bytes / bw, k.flops / self.vector_peak)
         peak = self.device.flops(k.dtype)
         compute = k.flops / (peak * self.efficiency(k))
-        return LAUNCH_GAP_S + max(compute, k.bytes / self.bandwidth)
+        return (LAUNCH_GAP_S + (k.launches - 1) * GROUPED_GEMM_LAUNCH_S
+                + max(compute, k.bytes / self.bandwidth))
 
     def op_time(self, op: ComputeOp) -> float:
         """A recorded op's measured time (``cost/retimed.py`` moves it to another device), or
