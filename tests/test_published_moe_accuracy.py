@@ -22,15 +22,20 @@ CHEAP = {
     LONG: ("torchtitan_llama3_8b_8gpu_fsdp8_cp1", "torchtitan_llama3_8b_8gpu_fsdp4_cp2",
            "torchtitan_llama3_8b_8gpu_fsdp2_cp4", "torchtitan_llama3_8b_8gpu_fsdp1_cp8"),
 }
+HOST_BOUND = ("host (CPU) time per MoE layer, not modelled: Megatron-Core's dispatcher syncs host "
+              "and device in every MoE layer's forward and TE's GroupedLinear spends host time per "
+              "expert; analysis/data/README.md")
 OFF = {
-    "mb2511_qwen3_30b_a3b_h100_16gpu_fp8": "predicted twice as fast (-49%): 128 experts of 768 "
-    "on 2 pipeline stages of 24 chunks each; what the measured step spends is not identified",
-    "mb2606_qwen3_30b_a3b_h100_16gpu_fp8": "-15%: with the recipe's HybridEP (run as DeepEP) the "
-    "EP16 all-to-alls across two nodes expose 4.8 s (NCCL all-to-all would expose 18.4 s and "
-    "give +31%); the rest of the gap is not identified",
-    "mb2511_qwen3_30b_a3b_b200_8gpu_mxfp8": "predicted 2.4x as fast (-58%) on one B200 node with "
-    "MXFP8 grouped GEMMs of 768-wide experts; the B200 and GB200 runs of the same model differ "
-    "2.6x in tokens/s, which the model does not reproduce",
+    "mb2511_qwen3_30b_a3b_h100_16gpu_fp8": "predicted 2.5x as fast (-60%): 16 experts of 768 per "
+    "GPU, 2 sequences per micro-batch, 24 one-layer chunks per stage; " + HOST_BOUND,
+    "mb2606_qwen3_30b_a3b_h100_16gpu_fp8": "-34%: 8 experts per GPU at one sequence per micro-"
+    "batch, EP16 over two nodes with the recipe's HybridEP run as DeepEP; " + HOST_BOUND,
+    "mb2511_qwen3_30b_a3b_b200_8gpu_mxfp8": "predicted 2.8x as fast (-65%): 9.2 ms per layer and "
+    "micro-batch of 4,096 tokens against 3.2 ms of GPU work modelled, while the 26.04.01 table "
+    "runs the same model on the same GPUs at micro-batch 4 in 3.1 ms per 4,096 tokens; "
+    + HOST_BOUND,
+    "mb2511_qwen3_30b_a3b_gb200_8gpu_mxfp8": "-26% with cuDNN fused attention at micro-batch 4 on "
+    "Grace hosts (TE issue #2053: high CPU overhead on Grace systems); " + HOST_BOUND,
     "torchtitan_llama3_8b_8gpu_fsdp8_cp1": "+17%: torch.compile and Float8 linears at 32K on "
     "power-limited HBM2e H100s (500 W), none of which the catalog describes",
     "torchtitan_llama3_8b_8gpu_fsdp4_cp2": "+34%: the 64K row is predicted slower while the "
