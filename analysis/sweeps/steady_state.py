@@ -169,26 +169,31 @@ def simulate_job(job: Job, cluster: ClusterSpec, options: SimulationOptions) -> 
 
 
 def steady_step(job: Job, cluster: ClusterSpec, options: SimulationOptions) -> StepPoint | None:
-    """The step of ``job`` from shorter steps (:func:`probe_plans`, each tried in turn), or
-    None when none of them is periodic within :data:`SHORTER_SHARE` of its micro-batches."""
+    """The step of ``job`` from shorter steps (:func:`probe_plans`, each tried in turn, the
+    next as soon as two of its steps are not one round apart op by op), or None when none of
+    them is periodic within :data:`SHORTER_SHARE` of its micro-batches."""
     done: dict[int, tuple[Replay, StepResult]] = {}
     totals: Trace | None = None
     for plan in probe_plans(job):
-        todo = [m for m in plan.counts if m not in done]
-        if sum(done) + sum(todo) > SHORTER_SHARE * job.micro_batches:
-            return None
-        for m in todo:
-            trace = build_trace(with_micro_batches(job, m))
-            sim = StepSimulation(trace, cluster, options)
-            replay = sim.replay()
-            done[m] = replay, sim.summary(replay)
-            totals = totals or replace(trace, model_flops=job.model_flops_per_step,
-                                       tokens=float(job.training.tokens_per_step))
-        replays, shorter = zip(*(done[m] for m in plan.counts))
-        if not all(_inserted_round(a, b, later.step_time_s - earlier.step_time_s)
-                   for a, b, earlier, later in zip(replays, replays[1:], shorter, shorter[1:])):
+        periodic = True
+        for earlier, later in ((None, plan.counts[0]), *zip(plan.counts, plan.counts[1:])):
+            if later not in done:
+                if sum(done) + later > SHORTER_SHARE * job.micro_batches:
+                    return None
+                trace = build_trace(with_micro_batches(job, later))
+                sim = StepSimulation(trace, cluster, options)
+                replay = sim.replay()
+                done[later] = replay, sim.summary(replay)
+                totals = totals or replace(trace, model_flops=job.model_flops_per_step,
+                                           tokens=float(job.training.tokens_per_step))
+            if earlier is not None:
+                (a, ra), (b, rb) = done[earlier], done[later]
+                if not _inserted_round(a, b, rb.step_time_s - ra.step_time_s):
+                    periodic = False
+                    break
+        if not periodic:
             continue
-        steady = extrapolate(plan, list(shorter), totals, cluster)
+        steady = extrapolate(plan, [done[m][1] for m in plan.counts], totals, cluster)
         if steady is not None:
             return replace(steady, events=sum(r.events for _, r in done.values()))
     return None
