@@ -23,14 +23,15 @@ BASE = {"name": "steady", "model": {"name": "steady", "layers": 8, "hidden": 102
         "strategy": {"tp": 2, "pp": 4, "dp": 1}, "cluster": {"gpu": "h100-sxm", "num_gpus": 8}}
 
 PERIODIC = {
-    "1f1b": {},
+    "1f1b": {"training": {"seq_len": 1024, "global_batch": 128}},
     "interleaved": {"strategy": {"tp": 2, "pp": 4, "dp": 1, "schedule": "interleaved",
                                  "virtual_stages": 2},
-                    "training": {"seq_len": 1024, "global_batch": 128}},
+                    "training": {"seq_len": 1024, "global_batch": 256}},
     "no-pipeline": {"strategy": {"tp": 4, "pp": 1, "dp": 2},
-                    "training": {"seq_len": 1024, "global_batch": 48}},
-    "uneven-rounds": {"training": {"seq_len": 1024, "global_batch": 37}},
+                    "training": {"seq_len": 1024, "global_batch": 96}},
+    "uneven-rounds": {"training": {"seq_len": 1024, "global_batch": 149}},
     "period-of-pp": {"strategy": {"tp": 8, "pp": 2, "dp": 1},
+                     "training": {"seq_len": 1024, "global_batch": 128},
                      "cluster": {"gpu": "h100-sxm", "num_gpus": 16}},
 }
 """Steps whose shorter steps repeat: their points come from three short replays."""
@@ -119,5 +120,5 @@ def test_shorter_steps_keep_the_schedule_shape_and_stay_shorter():
     cfg = config("interleaved")
     plans = probe_plans(cfg.job)
     assert [p.counts for p in plans] == [(8, 12, 16), (16, 20, 24), (32, 36, 40),
-                                         (64, 68, 72)]   # each twice the last, pp apart
+                                         (64, 68, 72), (128, 132, 136)]   # twice the last
     assert all(p.round == 4 and p.counts[2] < cfg.job.micro_batches for p in plans)

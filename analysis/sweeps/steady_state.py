@@ -47,9 +47,9 @@ TOLERANCE_S = 1e-7
 """How far (seconds) an extrapolated number may be from the full replay's, in the worst case the
 check allows: a tenth of the microsecond that step times are compared to."""
 
-SHORTER_SHARE = 0.5
+SHORTER_SHARE = 0.25
 """The shorter steps tried for a step run at most this share of its micro-batches, together: a
-step that never settles costs at most 1.5 replays, one that does at most half of one."""
+step that never settles costs at most 1.25 replays, one that does at most a quarter of one."""
 
 OP_TOLERANCE_S = 1e-9
 """Rounding allowed when two replays' op times are compared (sums of floats in another order)."""
