@@ -145,28 +145,23 @@ def _int(row: dict, key: str, default: int | None = None) -> int:
 
 def _measured_peak(row: dict) -> float | None:
     """The ``measured_peak_memory_gib`` column: None when empty."""
-    text = _cell(row, "measured_peak_memory_gib")
-    if not text:
+    if not _cell(row, "measured_peak_memory_gib"):
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise SpecError("measured_peak_memory_gib",
-                        f"expected a positive number of GiB or nothing, got {text!r}")
-    return value
+    return _positive(row, "measured_peak_memory_gib", "GiB or nothing")
 
 
 def _measured(row: dict) -> float:
-    text = _cell(row, "measured_step_time_s")
+    return _positive(row, "measured_step_time_s", "seconds")
+
+
+def _positive(row: dict, key: str, unit: str) -> float:
+    text = _cell(row, key)
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value <= 0:
-        raise SpecError("measured_step_time_s",
-                        f"expected a positive number of seconds, got {text!r}")
+        raise SpecError(key, f"expected a positive number of {unit}, got {text!r}")
     return value
 
 
