@@ -74,7 +74,7 @@ CLUSTER_FIELDS = ("gpu", "num_gpus", "node", "fabric", "failure_model", "checkpo
 GROUP_FIELDS = ("gpu", "num_gpus", "node")
 
 
-def _group_requests(f: Fields) -> list[GroupRequest]:
+def _group_requests(f: Fields, catalog: Catalog) -> list[GroupRequest]:
     """``cluster.groups``: a list of ``{gpu, num_gpus, node}``, in device order."""
     for key in ("gpu", "num_gpus", "node"):
         if f.has(key):
@@ -82,18 +82,22 @@ def _group_requests(f: Fields) -> list[GroupRequest]:
     out = []
     for i, entry in enumerate(f.items("groups")):
         g = Fields(entry, f.at("groups") + f"[{i}]").only(GROUP_FIELDS)
-        out.append(GroupRequest(gpu=g.text("gpu"), num_gpus=g.integer("num_gpus", minimum=1),
+        out.append(GroupRequest(gpu=_device_name(g, catalog),
+                                num_gpus=g.integer("num_gpus", minimum=1),
                                 node=g.text("node", "") or None))
         g.done()
     return out
 
 
-def _device_name(f: Fields) -> str:
-    """``cluster.gpu``; a list of devices points to ``cluster.groups``."""
+def _device_name(f: Fields, catalog: Catalog) -> str:
+    """``cluster.gpu``, by default the device of ``cluster.node`` (a cloud instance names its
+    GPU); a list of devices points to ``cluster.groups``."""
     if isinstance(f.raw("gpu", ""), list):
         raise SpecError(f.at("gpu"), "expected one device name; for mixed devices give "
                         "cluster.groups: [{gpu: a100-80gb, num_gpus: 64}, {gpu: h100-sxm, "
                         "num_gpus: 64}]")
+    if not f.has("gpu") and f.has("node"):
+        return catalog.get("nodes", f.text("node"), f.at("node")).device
     return f.text("gpu")
 
 
@@ -108,9 +112,9 @@ def parse_cluster(f: Fields, catalog: Catalog, keep_together: int = 1) -> Cluste
         devices_per_node=f.integer("gpus_per_node", minimum=1) if f.has("gpus_per_node") else None,
         keep_together=keep_together, path=f.path)
     if f.has("groups"):
-        cluster = mixed_cluster(catalog, _group_requests(f), **common)
+        cluster = mixed_cluster(catalog, _group_requests(f, catalog), **common)
     else:
-        cluster = catalog.cluster(device=_device_name(f),
+        cluster = catalog.cluster(device=_device_name(f, catalog),
                                   num_devices=f.integer("num_gpus", minimum=1),
                                   node=f.text("node", "") or None, **common)
     if f.has("oversubscription"):

@@ -1,7 +1,8 @@
 """The hardware catalog: built-in YAML files plus the user's directories, loaded into specs.
 
 Each YAML file may hold any of the sections ``devices``, ``nodes``, ``fabrics``,
-``memory_tiers`` and ``failure_models``, each a mapping ``name -> spec``. Directories given
+``memory_tiers``, ``failure_models`` and ``prices`` (a node's published rental price), each a
+mapping ``name -> spec``. Directories given
 later override entries of the same name from earlier ones (a user's calibrated ``h100-sxm``
 replaces the built-in one); within one directory a name may appear once.
 """
@@ -23,6 +24,7 @@ from clustersim.hardware_specs.failures import FailureModel, read_failure_model
 from clustersim.hardware_specs.fields import Fields, did_you_mean
 from clustersim.hardware_specs.memory import MemoryTierSpec, read_tier
 from clustersim.hardware_specs.node import NodeSpec, read_node
+from clustersim.hardware_specs.price import PublishedPrice, read_price
 from clustersim.hardware_specs.textfile import load_yaml
 
 BUILTIN_DIR = Path(__file__).parent / "catalog"
@@ -33,6 +35,7 @@ _READERS: dict[str, Callable[[Fields], Any]] = {
     "fabrics": read_fabric,
     "memory_tiers": read_tier,
     "failure_models": read_failure_model,
+    "prices": read_price,
 }
 
 DEFAULT_FABRIC = "rail-optimized-nonblocking"
@@ -49,6 +52,8 @@ class Catalog:
     fabrics: Mapping[str, FabricSpec]
     memory_tiers: Mapping[str, MemoryTierSpec]
     failure_models: Mapping[str, FailureModel]
+    prices: Mapping[str, PublishedPrice] = field(default_factory=dict)
+    """Published on-demand prices, by the name of the node (instance) they rent."""
     origin: Mapping[tuple[str, str], str] = field(default_factory=dict)
 
     def section(self, name: str) -> Mapping[str, Any]:
@@ -145,6 +150,10 @@ def _load_cached(dirs: tuple[Path, ...], files: tuple[Path, ...]) -> Catalog:
                     seen_here[key] = path
                     merged[section][name] = spec
                     origin[key] = str(path)
+    for name in merged["prices"]:
+        if name not in merged["nodes"]:
+            raise SpecError(f"{Path(origin[('prices', name)]).name}: prices.{name}",
+                            f"prices no known node{did_you_mean(name, merged['nodes'])}")
     return Catalog(origin=origin, **merged)
 
 

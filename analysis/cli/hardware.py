@@ -13,7 +13,7 @@ from clustersim.hardware_specs.units import format_bytes, format_rate, format_ti
 from clustersim.analysis.cli.common import add_catalog_option, add_command
 from clustersim.analysis.tables import render
 
-SECTIONS = ("devices", "nodes", "fabrics", "memory_tiers", "failure_models")
+SECTIONS = ("devices", "nodes", "fabrics", "memory_tiers", "failure_models", "prices")
 
 
 def list_catalog(catalog: Catalog) -> str:

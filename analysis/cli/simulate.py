@@ -38,14 +38,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def check_other_sections(config) -> None:
     """A typo in the costs, sweep or failures section is an error here too, not only when the
     command that reads it runs."""
-    from clustersim.analysis.sweeps.costs import costs_from_mapping
+    from clustersim.analysis.sweeps.costs import costs_for
     from clustersim.analysis.failures.config import failure_spec
     from clustersim.analysis.step import step_faults
     from clustersim.analysis.sweeps.space import space_from_mapping
 
     sections = config.sections
     if "costs" in sections:
-        costs_from_mapping(sections["costs"])
+        costs_for(sections["costs"], config.cluster, config.catalog)
     if "sweep" in sections:
         space_from_mapping(sections["sweep"])
     if "failures" in sections:
@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from clustersim.analysis.config import config_path, load_cnn_config, read_yaml
     from clustersim.analysis.reports.summary import cnn_summary
     from clustersim.analysis.step import run_cnn_step
+    from clustersim.analysis.sweeps.costs import cost_record, cost_summary, costs_for
     from clustersim.analysis.sweeps.shared_fabric import is_shared
     from clustersim.workloads.cnn.job import is_cnn_model
     path = config_path(args.config or DEFAULT_EXAMPLE)
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         return run_shared_cluster(args, path)
     if is_cnn_model(data.get("model")):                 # a 3D CNN's layer list or preset
         config = load_cnn_config(path, args.catalog)
-        report, faults, faulted = run_cnn_step(config), None, None
+        report, faults, faulted, costs = run_cnn_step(config), None, None, None
         print(cnn_summary(report))
     else:
         config = load_config(args.config or DEFAULT_EXAMPLE, args.catalog)
@@ -84,10 +85,15 @@ def run(args: argparse.Namespace) -> int:
         else:
             report, faulted = run_faulted_step(config, faults, limit=not args.no_limit)
         print(summary(report))
+        costs = costs_for(config.sections.get("costs"), config.cluster, config.catalog)
+        if costs.priced:
+            print(cost_summary(costs, config.cluster, report.result.tokens_per_s))
         if faulted is not None:
             print(fault_summary(faults, faulted))
     if args.json:
         out = report.to_dict()
+        if costs is not None and costs.priced:
+            out["costs"] = cost_record(costs, config.cluster, report.result.tokens_per_s)
         if faulted is not None:
             out["faults"] = {"described": list(faults.described), **faulted.to_dict()}
         write_json(out, args.json)

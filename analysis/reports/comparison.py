@@ -7,7 +7,9 @@ from clustersim.analysis.tables import render
 
 
 def table(rows: list[dict]) -> str:
-    return render(*table_rows(rows), title="Cluster comparison")
+    terms = dict.fromkeys(t for r in rows if isinstance(t := r.get("price_terms"), str) and t)
+    return render(*table_rows(rows), title="Cluster comparison") + "".join(
+        f"\nprice: {t}" for t in terms)
 
 
 def table_rows(rows: list[dict]) -> tuple[list[str], list[list]]:

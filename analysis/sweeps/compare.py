@@ -18,7 +18,9 @@ import yaml
 from clustersim.hardware_specs import SpecError
 
 from clustersim.analysis.config import config_path, read_yaml
-from clustersim.analysis.sweeps.costs import costs_from_mapping, cost_per_million_tokens, energy_per_token_j
+from clustersim.analysis.sweeps.costs import (
+    cost_per_million_tokens, costs_for, energy_per_token_j, price_terms,
+)
 from clustersim.analysis.sweeps.exposure import exposure
 from clustersim.analysis.sweeps.ranking import ranking
 from clustersim.analysis.sweeps.run_store import COMPARE, atomic_write, to_csv
@@ -104,7 +106,7 @@ def row_for(loaded: LoadedConfig, step: Mapping, strategy: Mapping) -> dict:
     """One cluster's line of the comparison."""
     config = loaded.config
     cluster, job = config.cluster, config.job
-    costs = costs_from_mapping(config.sections.get("costs"))
+    costs = costs_for(config.sections.get("costs"), cluster, config.catalog)
     tokens = float(step["tokens_per_s"])
     e = exposure(job, cluster, float(step["step_time_s"]))
     return {
@@ -117,7 +119,8 @@ def row_for(loaded: LoadedConfig, step: Mapping, strategy: Mapping) -> dict:
         "failure_waste": e.waste, "goodput_tokens_per_s": tokens * (1.0 - e.waste),
         "energy_per_token_j": energy_per_token_j(costs, cluster, tokens),
         "cost_per_million_tokens": cost_per_million_tokens(costs, cluster, tokens),
-        "currency": costs.currency if costs.priced else "", "problem": "",
+        "currency": costs.currency if costs.priced else "", "price_terms": price_terms(costs),
+        "problem": "",
     }
 
 

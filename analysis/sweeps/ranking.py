@@ -9,7 +9,7 @@ from pathlib import Path
 from clustersim.hardware_specs import SpecError
 
 from clustersim.analysis.config import RunConfig, config_from_mapping, read_yaml
-from clustersim.analysis.sweeps.costs import costs_from_mapping, cost_per_million_tokens, energy_per_token_j
+from clustersim.analysis.sweeps.costs import costs_for, cost_per_million_tokens, energy_per_token_j
 from clustersim.analysis.sweeps.exposure import exposure
 from clustersim.analysis.sweeps.run_store import CANDIDATES, CONFIG, POINTS, RANKING, RunStore, to_csv
 from clustersim.analysis.sweeps.space import GIB
@@ -63,7 +63,7 @@ def ranking(run_dir: str | Path, config: RunConfig | None = None):
     cluster = config.cluster
     capacity = cluster.device.memory_bytes / GIB
     points["memory_headroom_gib"] = capacity - points["peak_memory_gib"]
-    costs = costs_from_mapping(config.sections.get("costs"))
+    costs = costs_for(config.sections.get("costs"), cluster, config.catalog)
     extra = {k: [] for k in ("interruptions_per_day", "checkpoint_pause_s", "failure_waste",
                              "goodput_tokens_per_s", "energy_per_token_j",
                              "cost_per_million_tokens")}
