@@ -47,6 +47,24 @@ def test_torchtitan_fp8_rows_keep_16_bit_linear_inputs():
                                                   "precision": "fp8"})
 
 
+def test_torchtitan_on_hopper_runs_flash_attention_2_until_october_2025():
+    """PyTorch 2.5.1 made cuDNN SDPA opt-in (pytorch/pytorch#138522) and torchtitan put it first
+    on Hopper only from 6a3a9da (2025-10-09): SDPA's flash backend, FlashAttention-2, before."""
+    h100 = {"source": "pytorch/torchtitan benchmarks (torchtitan 820504e, 2025-06)",
+            "gpu": "h100-sxm"}
+    assert software_of(h100) == {"attention": "flash"}
+    assert software_of({**h100, "source": "torchtitan, 2024-12"}) == {"attention": "flash"}
+    assert software_of({**h100, "gpu": "h200"})["attention"] == "flash"
+    # Other stacks of the same date on Hopper: FA3-class kernels (TE's cuDNN attention).
+    assert software_of({**h100, "source": "NVIDIA Megatron-Bridge 25.09, 2025"}) == \
+        {"attention": "flash3"}
+    # Blackwell: torchtitan lists cuDNN first there (3b85aa3, 2025-05-14).
+    assert software_of({**h100, "gpu": "b200"}) == {"attention": "flash3"}
+    # From 2026 (after 6a3a9da) torchtitan runs cuDNN SDPA on Hopper too; a column still wins.
+    assert software_of({**h100, "source": "torchtitan, 2026"}) == {"attention": "flash3"}
+    assert software_of({**h100, "attention": "flash3"})["attention"] == "flash3"
+
+
 @pytest.mark.slow
 def test_dev_set_mape_is_at_most_ten_percent(catalog):
     outcomes = validate_rows(RUNS, catalog)
@@ -85,15 +103,37 @@ def test_torchtitan_llama2_70b_per_op_recompute_within_ten_percent(catalog):
     assert abs(row.error) <= 0.10, row
 
 
+TT_FILE = REPO / "analysis/data/published_runs_torchtitan.csv"
+
+
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="torchtitan's H100 benchmarks ran on Grand Teton H100 96GB "
-                   "HBM2e at a 500 W power limit, whose sustained clocks are not published (the "
-                   "source: 'the actual peak TFLOPs number is between SXM and NVL, and we don't "
-                   "know its exact value'); on the 700 W h100-sxm they come out 14-26% fast")
+def test_torchtitan_file_within_ten_percent_and_vanilla_tp_h100_rows_within_five(catalog):
+    """Issue 15's bar for torchtitan (MAPE at most 10%, every row runnable); and the three 70B
+    FSDP 32 x TP 8 rows without async TP or pipelining (float8 2024-12, BF16 and float8 2025-06),
+    whose step is GEMMs, SDPA's FlashAttention-2 and exposed TP collectives, within 5% (they came
+    out 14-17% fast with FlashAttention-3-class attention)."""
+    outcomes = validate_rows(TT_FILE, catalog)
+    summary = summarize(outcomes)
+    assert (summary.rows, summary.compared, summary.unmapped) == (16, 16, 0)
+    assert summary.mape <= 0.10
+    vanilla = [o for o in outcomes if "_h100_" in o.id and "_2d_" in o.id and "async" not in o.id]
+    assert len(vanilla) == 3
+    for o in vanilla:
+        assert abs(o.error) <= 0.05, o
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="torchtitan's H100 rows with async TP (2024-12 float8, "
+                   "2025-06 BF16) come out 10-12% fast and the 405B PP 8 rows 14-17% fast: they "
+                   "ran on Grand Teton H100 96GB HBM2e at a 500 W power limit, whose sustained "
+                   "clocks are not published ('the actual peak TFLOPs number is between SXM and "
+                   "NVL, and we don't know its exact value'), and async TP's measured gain differs "
+                   "between releases (float8: 1.06x in 2024-12, 1.16x in 2025-06) where the model "
+                   "gives both 1.16x")
 def test_torchtitan_h100_runs_within_ten_percent(catalog):
     """torchtitan's 2024-12 and 2025-06 H100 benchmarks: 70B FSDP 32 x TP 8 (BF16 and float8,
     vanilla and async TP) and 405B FSDP 8 x TP 8 x PP 8 (1F1B, interleaved); all runnable."""
-    outcomes = validate_rows(REPO / "analysis/data/published_runs_torchtitan.csv", catalog)
+    outcomes = validate_rows(TT_FILE, catalog)
     h100 = [o for o in outcomes if "_h100_" in o.id]
     assert len(h100) == 8 and all(o.predicted_s is not None for o in h100)
     for o in h100:

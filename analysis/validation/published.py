@@ -87,8 +87,20 @@ FLASH_ATTENTION = (2022, 5, 14135)
 """FlashAttention (Dao et al., arXiv 2205.14135): runs before it used unfused attention."""
 FLASH_ATTENTION_3 = (2024, 7, 8608)
 """FlashAttention-3 (Shah et al., arXiv 2407.08608): Hopper runs published after it use
-FlashAttention-3-class kernels (FA3; Transformer Engine's cuDNN fused attention; PyTorch 2.5's
-cuDNN SDPA backend, "up to 75% speed-up over FlashAttentionV2", on by default on H100)."""
+FlashAttention-3-class kernels (FA3; Transformer Engine's cuDNN fused attention), except
+PyTorch SDPA's runs before ``TORCHTITAN_CUDNN_SDPA`` (see there)."""
+TORCHTITAN_CUDNN_SDPA = (2025, 10, 9)
+"""torchtitan's attention on Hopper is PyTorch SDPA's flash backend, FlashAttention-2, until
+torchtitan commit 6a3a9da (#1776, 2025-10-09) put the cuDNN backend first on every GPU. Before
+it: PyTorch 2.5.0 made cuDNN SDPA the default on H100, but pytorch/pytorch#138522 (2024-10-22,
+cherry-picked into 2.5.1) made it opt-in again after bugs (#138649), so SDPA picks
+FlashAttention-2 on H100 (pytorch/pytorch#142132: nightly 2.6.0.dev20241204, SDPA 329 TFLOPS
+against cuDNN's 631, "this is expected"); from torchtitan 3b85aa3 (#1196, 2025-05-14) its
+``ScaledDotProductAttention`` lists cuDNN first on compute capability 10.0 only and
+FLASH_ATTENTION, EFFICIENT_ATTENTION, MATH elsewhere (torchtitan 820504e, the 2025-06 async-TP
+benchmark's commit). PyTorch itself put cuDNN first on SM 9.0 only from 2.9 (#162073)."""
+HOPPER = ("h100", "h200", "h800")
+"""Catalog names of Hopper GPUs start so."""
 PYTORCH_FSDP = (2022, 3, 0)
 """PyTorch FSDP (1.11, March 2022): before it, ZeRO-3 meant DeepSpeed's implementation, which
 gathered each parameter tensor with its own collective and, in published runs (Narayanan et
@@ -110,7 +122,8 @@ def publication_date(source: str) -> tuple[int, int, int] | None:
 def software_of(row: dict) -> dict:
     """The software a published run used, where the table does not say: explicit columns
     (``attention``, ``zero3_granularity``, ``zero3_prefetch``) win; otherwise what existed
-    when the source was published; otherwise today's defaults."""
+    when the source was published (torchtitan on Hopper: ``TORCHTITAN_CUDNN_SDPA``);
+    otherwise today's defaults."""
     date = publication_date(_cell(row, "source"))
     out = {}
     if date is not None and date < FLASH_ATTENTION:
@@ -120,7 +133,11 @@ def software_of(row: dict) -> dict:
     if date is not None and date < PYTORCH_FSDP:
         out["zero3_granularity"] = "tensor"
         out["zero3_prefetch"] = "none"
-    if "torchtitan" in _cell(row, "source").lower() and _cell(row, "precision") == "fp8":
+    torchtitan = "torchtitan" in _cell(row, "source").lower()
+    if (torchtitan and _cell(row, "gpu").startswith(HOPPER)
+            and (date is None or date < TORCHTITAN_CUDNN_SDPA)):
+        out["attention"] = "flash"            # SDPA's FlashAttention-2 backend on Hopper
+    if torchtitan and _cell(row, "precision") == "fp8":
         out["fp8_saved_inputs"] = "false"     # torchao's float8 keeps 16-bit inputs
     for key in ("attention", "zero3_granularity", "zero3_prefetch", "fp8_saved_inputs"):
         if _cell(row, key):
