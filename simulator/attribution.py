@@ -10,6 +10,7 @@ a host copy charges offload; anything else is "other". The parts sum to the clas
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from clustersim.simulator.records import ClassTimeline
@@ -22,10 +23,15 @@ _TINY_S = 1e-12
 
 def blocker(ops: Sequence[Op], timeline: ClassTimeline, op_id: int) -> int:
     """The dep (or stream predecessor) that finished last before ``op_id`` could start."""
-    previous = timeline.stream_predecessor[op_id]
-    candidates = list(ops[op_id].deps) + ([previous] if previous >= 0 else [])
     end = timeline.end_s
-    return max(candidates, key=lambda d: end[d]) if candidates else -1
+    best, latest = -1, -math.inf
+    for d in ops[op_id].deps:  # the first of equal ends wins; the predecessor comes last
+        if end[d] > latest:
+            best, latest = d, end[d]
+    previous = timeline.stream_predecessor[op_id]
+    if previous >= 0 and (best < 0 or end[previous] > latest):
+        best = previous
+    return best
 
 
 def _charge(ops: Sequence[Op], timeline: ClassTimeline, op_id: int, a: float, b: float,

@@ -1,10 +1,15 @@
-"""The SimPy engine: replay a Trace on a cluster, one process per (rank class, stream).
+"""The SimPy engine: replay a Trace on a cluster, rank class by rank class, stream by stream.
 
 - Ops of a stream run in order; an op also waits for its ``deps`` (CUDA-stream semantics). The
   pp stream is the exception: each send/recv is posted as soon as its deps are done, like
   NCCL's non-blocking isend/irecv, so neighbouring stages never deadlock.
 - A collective waits until every rank class of its group has reached it (rendezvous), then
   takes the network model's time; a send and its matching recv start together.
+- Without interference, an op that shares nothing (compute, copies, a collective inside one
+  class that crosses no network link) is folded into its stream: its end is known as soon as
+  its deps' ends are, so it costs no SimPy event; only the ops that meet other classes or
+  share links run in the environment. With interference, every op runs there, one process
+  per (rank class, stream), since compute and transfers then change each other's times.
 - Exposed communication is time the compute stream waits on a communication op; waiting for a
   recv whose sender had not yet posted it is pipeline bubble.
 - Same-time events are ordered by SimPy's (time, priority, insertion) key and processes are
@@ -14,103 +19,39 @@
 from __future__ import annotations
 
 import contextlib
-import enum
 import gc
 import math
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 
 import simpy
 from simpy.core import EmptySchedule
 
-from clustersim.hardware_specs import ClusterSpec, DeviceSpec
-from clustersim.simulator.classes import RankClass, rank_classes
-from clustersim.simulator.cost.collectives import COPY_KERNEL_S, Algorithm, Plan
+from clustersim.hardware_specs import ClusterSpec
+from clustersim.simulator.classes import rank_classes
+from clustersim.simulator.cost.collectives import COPY_KERNEL_S, Plan
 from clustersim.simulator.cost.compute import ComputeModel
 from clustersim.simulator.cost.grouped import GroupedNetwork
-from clustersim.simulator.cost.interfaces import ComputeCost, Instances, MemoryCost, NetworkCost
+from clustersim.simulator.cost.interfaces import ComputeCost, MemoryCost, NetworkCost
 from clustersim.simulator.cost.measured import MeasuredNetwork
 from clustersim.simulator.cost.memory import MemoryModel
 from clustersim.simulator.cost.network import NetworkModel
+from clustersim.simulator.class_state import ClassState, Rendezvous, StreamRun
+from clustersim.simulator.device_groups import DeviceGroups
 from clustersim.simulator.flows import FlowNetwork
-from clustersim.simulator.interference import DeviceActivity, Interference
+from clustersim.simulator.interference import Interference
 from clustersim.simulator.lanes import LaneReplay, Unsupported, lane_classes
-from clustersim.simulator.records import ClassTimeline, OpRecord, Replay
-from clustersim.simulator.result import StepResult, charged_axis
+from clustersim.simulator.options import Faults, NetworkMode, SimulationOptions
+from clustersim.simulator.records import Replay
+from clustersim.simulator.result import StepResult
 from clustersim.simulator.streams import stream_runs
 from clustersim.simulator.summary import summarize
 from clustersim.workloads.trace import (
-    CollectiveKind, CollectiveOp, ComputeOp, CopyOp, MemoryOp, Op, RecvOp, SendOp, Stream, Trace,
+    CollectiveOp, ComputeOp, CopyOp, MemoryOp, Op, RecvOp, SendOp, Stream, Trace,
 )
 
-
-class NetworkMode(enum.Enum):
-    FLOW = "flow"
-    """Concurrent transfers share network links max-min fairly (``simulator/flows.py``)."""
-    ANALYTIC = "analytic"
-    """Every collective takes its uncontended time."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SimulationOptions:
-    comm_slowdown_when_overlapped: float | None = None
-    """Extra fraction of time a collective takes when it starts while the compute stream is
-    busy (NCCL kernels and GEMMs compete for SMs and HBM; vTrain, MICRO'24, measured NCCL ~30%
-    slower inside training than alone). None: the device's own figure."""
-    compute_slowdown_when_overlapped: float | None = None
-    """Extra fraction of time compute takes while a transfer of its rank is moving data (the
-    same cores or SMs do both): only the overlapping part of an op stretches, whether the op
-    or the transfer started first. None: the device's own figure."""
-    expand: bool = False
-    """Follow every rank's own clock, so stragglers and degraded links can differ rank by rank
-    (``lanes.py``; one class per rank when compute/communication interference is on)."""
-    record: bool = True
-    """Keep per-op records (for the Chrome trace and breakdowns of every class)."""
-    network: NetworkMode = NetworkMode.FLOW
-    algorithms: Mapping[CollectiveKind, Algorithm] = field(default_factory=dict)
-    """Forced collective algorithm per kind (default: NCCL-style automatic choice)."""
-
-    def one_class_per_rank(self, device: DeviceSpec) -> bool:
-        """Whether an expanded run simulates each rank as a class of its own: when compute and
-        transfers slow each other down (a per-device state the lanes do not follow). Otherwise
-        it follows every rank's clock for about the events of the collapsed run."""
-        return self.expand and Interference.of(
-            device, comm=self.comm_slowdown_when_overlapped,
-            compute=self.compute_slowdown_when_overlapped).any
-
-
-@dataclass(frozen=True, slots=True)
-class Faults:
-    """In-step conditions of single ranks: a slow GPU, a degraded link, a slow host."""
-
-    compute_slowdown: Mapping[int, float] = field(default_factory=dict)
-    """rank -> factor > 1 (a straggler GPU: thermal throttling, a bad HBM stack)."""
-    link_slowdown: Mapping[int, float] = field(default_factory=dict)
-    """rank -> factor > 1 on the time of every communication it takes part in (degraded NIC
-    or cable)."""
-    nic_slowdown: Mapping[int, float] = field(default_factory=dict)
-    """rank -> factor > 1 on the scale-out (network) part of its transfers only: its NIC or
-    cable runs at a fraction of its bandwidth."""
-    nvlink_slowdown: Mapping[int, float] = field(default_factory=dict)
-    """rank -> factor > 1 on the scale-up (NVLink) part of its transfers only."""
-    launch_overhead_s: Mapping[int, float] = field(default_factory=dict)
-    """rank -> host seconds per kernel launch (a slow or contended CPU): a compute op takes at
-    least its kernel count times this, since the GPU cannot run kernels faster than the host
-    launches them."""
-    input_stall_s: Mapping[int, float] = field(default_factory=dict)
-    """rank -> seconds its step's input arrives late (a slow data loader): its compute stream
-    starts that much after the others."""
-
-    def condition(self, rank: int) -> tuple[float, float, float, float, float, float]:
-        return (self.compute_slowdown.get(rank, 1.0), self.link_slowdown.get(rank, 1.0),
-                self.nic_slowdown.get(rank, 1.0), self.nvlink_slowdown.get(rank, 1.0),
-                self.launch_overhead_s.get(rank, 0.0), self.input_stall_s.get(rank, 0.0))
-
-    def ranks(self) -> set[int]:
-        return (set(self.compute_slowdown) | set(self.link_slowdown) | set(self.nic_slowdown)
-                | set(self.nvlink_slowdown) | set(self.launch_overhead_s)
-                | set(self.input_stall_s))
+__all__ = ["Faults", "NetworkMode", "SimulationOptions", "StepSimulation", "cycle_collector_paused",
+           "simulate"]
 
 
 @contextlib.contextmanager
@@ -126,53 +67,6 @@ def cycle_collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-class _Rendezvous:
-    __slots__ = ("needed", "arrived", "event", "posted")
-
-    def __init__(self, env: simpy.Environment, needed: frozenset[int]):
-        self.needed = needed
-        self.arrived: set[int] = set()
-        self.event = env.event()
-        self.posted: dict[int, float] = {}
-
-
-class _ClassState:
-    """Run-time state of one rank class."""
-
-    __slots__ = ("cls", "compute", "ops", "finish", "arrive", "previous", "waiters", "records", "activity",
-                 "seq", "signature", "instances",
-                 "compute_slow", "link_slow", "nic_slow", "nvlink_slow", "launch_s", "stall_s",
-                 "send_posted", "group_classes")
-
-    def __init__(self, cls: RankClass, ops: tuple[Op, ...], condition: tuple[float, ...],
-                 interference: Interference, compute: ComputeCost):
-        self.cls = cls
-        self.compute = compute
-        """The compute model of this class's device."""
-        self.ops = ops
-        self.finish: list[float] = [math.nan] * len(ops)
-        self.arrive: list[float] = [0.0] * len(ops)
-        """When each op was ready to start (its deps and its stream predecessor done)."""
-        self.previous: list[int] = [-1] * len(ops)
-        """The op before it on its stream (-1: first, or on the unordered pp stream)."""
-        self.waiters: dict[int, simpy.Event] = {}
-        self.records: list[OpRecord] = []
-        self.activity = DeviceActivity(interference)
-        self.seq: dict[str, int] = {}
-        self.signature: dict[str, tuple[int, ...]] = {}
-        self.group_classes: dict[str, frozenset[int]] = {}
-        self.instances: dict[str, Instances] = {}
-        (self.compute_slow, self.link_slow, self.nic_slow, self.nvlink_slow, self.launch_s,
-         self.stall_s) = condition
-        self.send_posted: dict[int, float] = {}
-        """recv op id -> when the matching send was posted (before that it is bubble)."""
-
-    def timeline(self) -> ClassTimeline:
-        return ClassTimeline(rank_class=self.cls, ready_s=tuple(self.arrive),
-                             end_s=tuple(self.finish), stream_predecessor=tuple(self.previous),
-                             send_posted_s=self.send_posted, records=tuple(self.records))
 
 
 class StepSimulation:
@@ -212,8 +106,8 @@ class StepSimulation:
                       if options.network is NetworkMode.FLOW else None)
         self.device_of = (cluster.device_of if devices is None
                           else lambda rank: devices[cluster.device_of(rank)])
-        self.rendezvous: dict[tuple, _Rendezvous] = {}
-        self._instance_cache: dict[tuple, Instances] = {}
+        self.rendezvous: dict[tuple, Rendezvous] = {}
+        self._instance_cache: dict[tuple, Plan] = {}
         self._plans: dict[tuple, tuple[Plan, float] | None] = {}
         """A collective's (plan, copy time) by what decides it: the network model's own cache
         hashes the device groups, thousands of ints, on every lookup."""
@@ -234,6 +128,7 @@ class StepSimulation:
                 self.lanes = None
         if self.lanes is None:
             self._class_states(expand=options.expand)
+            self.device_groups = DeviceGroups(trace, self.classes, self.class_of, self.device_of)
 
     def _conditions(self) -> dict[int, tuple]:
         """rank -> what sets it apart: its faults and, on a mixed cluster, its device group (its
@@ -249,32 +144,19 @@ class StepSimulation:
         group = cluster.group_of_rank if cluster.groups else (lambda rank: 0)
         self.classes, self.class_of = rank_classes(self.trace, self._conditions(), expand=expand)
         self.states = [
-            _ClassState(c, self.trace.programs[c.program].ops, faults.condition(c.representative),
+            ClassState(c, self.trace.programs[c.program].ops, faults.condition(c.representative),
                         self.interference, self.computes[group(c.representative)])
             for c in self.classes]
 
     # --- structure ----------------------------------------------------------------------
-    def _signature(self, st: _ClassState, group_set: str) -> tuple[int, ...]:
+    def _signature(self, st: ClassState, group_set: str) -> tuple[int, ...]:
         sig = st.signature.get(group_set)
         if sig is None:
             group = self.trace.group_of(group_set, st.cls.representative)
             sig = st.signature[group_set] = tuple(int(self.class_of[r]) for r in group)
             st.group_classes[group_set] = frozenset(sig)
-            st.instances[group_set] = self._instances(group_set, frozenset(sig))
+            st.instances[group_set] = self.device_groups.instances(group_set, frozenset(sig))
         return sig
-
-    def _instances(self, group_set: str, classes: frozenset[int]) -> Instances:
-        """Device groups of ``group_set`` that hold ranks of ``classes``: the collectives that
-        run together when these classes reach it (every DP group of a stage, say)."""
-        key = (group_set, classes)
-        hit = self._instance_cache.get(key)
-        if hit is None:
-            gs = self.trace.group_sets[group_set]
-            seen = {gs.index[r] for c in sorted(classes) for r in self.classes[c].ranks}
-            device = self.device_of
-            hit = self._instance_cache[key] = tuple(
-                tuple(device(r) for r in gs.groups[i]) for i in sorted(seen))
-        return hit
 
     def _plan_time(self, plan: Plan) -> float:
         hit = self._times.get(id(plan))
@@ -291,87 +173,197 @@ class StepSimulation:
                                             max(max(s.link_slow, s.nvlink_slow) for s in states))
         return hit
 
-    # --- waiting ----------------------------------------------------------------------------
-    def _wait(self, st: _ClassState, op_id: int) -> simpy.Event:
+    # --- folded replay (no interference) --------------------------------------------------
+    # An op whose duration nothing else can change (compute, copies, a collective inside one
+    # rank class that moves no bytes over the network) ends at its ready time plus that
+    # duration: it is resolved in plain Python, as soon as its deps' ends are known, without
+    # SimPy events. Only ops that meet other classes or share network links (collectives
+    # across classes, send/recv, transfers under the flow model) run in the environment, each
+    # in a process that starts at its ready time. Every time is the same float sum the
+    # event-per-op replay makes (ready + duration), so the results are the same, bit for bit.
+
+    def _start_folded(self) -> None:
+        now = self.env.now
+        self._left = sum(len(st.ops) for st in self.states)
+        self._resolved = self.env.event()
+        for st in self.states:
+            runs = [StreamRun(ops, now + st.stall_s if st.stall_s and ops[0].stream is Stream.COMPUTE
+                         else now)
+                    for ops in stream_runs(st.ops, st.previous)]
+            runs.reverse()  # taken from the end: the first stream first
+            self._advance(st, runs)
+        self.processes = [self.env.process(self._step_end())]
+
+    def _advance(self, st: ClassState, work: list[StreamRun]) -> None:
+        """Resolve every op of ``work``'s streams whose deps' ends are known, until each stream
+        waits on an unknown end or on an op that runs in the environment."""
+        finish, arrive, blocked = st.finish, st.arrive, st.blocked
+        while work:
+            run = work.pop()
+            ops = run.ops
+            while run.next < len(ops):
+                op = ops[run.next]
+                ready = run.end
+                waiting = -1
+                for d in op.deps:
+                    f = finish[d]
+                    if f != f:  # NaN: not known yet
+                        waiting = d
+                        break
+                    if f > ready:
+                        ready = f
+                if waiting >= 0:
+                    blocked.setdefault(waiting, []).append(run)
+                    break
+                arrive[op.id] = ready
+                duration = self._fixed_s(st, op)
+                if duration is None:
+                    run.busy = True
+                    self.env.process(self._shared(st, run, op, ready))
+                    break
+                finish[op.id] = run.end = ready + duration
+                run.next += 1
+                self._left -= 1
+                woken = blocked.pop(op.id, None)
+                if woken is not None:
+                    work += woken
+        if not self._left:
+            self._resolved.succeed()
+
+    def _fixed_s(self, st: ClassState, op: Op) -> float | None:
+        """The duration of an op that shares nothing; None for one that must run in the
+        environment."""
+        if isinstance(op, ComputeOp):
+            return self._busy(st, op)
+        if isinstance(op, CollectiveOp):
+            self._signature(st, op.group)
+            needed = st.group_classes[op.group]
+            if len(needed) != 1:
+                return None
+            hit = self._collective_plan(op, needed)
+            if hit is None:
+                return 0.0
+            plan = self._stretched(hit[0], needed)
+            if self.flows is not None and plan.loads:
+                return None
+            return self._plan_time(plan) + hit[1]
+        if isinstance(op, CopyOp):
+            return self.memory.copy_time(op.kind, op.bytes)
+        if isinstance(op, MemoryOp):
+            return 0.0
+        return None
+
+    def _shared(self, st: ClassState, run: StreamRun, op: Op, ready: float):
+        """Run ``op`` in the environment from ``ready``, then resolve what waited for it."""
+        env = self.env
+        if ready > env.now:
+            yield env.timeout(self._delay_to(ready))
+        if isinstance(op, CollectiveOp):
+            yield from self._collective(st, op)
+        else:
+            yield from self._p2p(st, op)
+        now = env.now
+        st.finish[op.id] = run.end = now
+        run.next += 1
+        run.busy = False
+        self._left -= 1
+        work = st.blocked.pop(op.id, [])
+        work.append(run)
+        self._advance(st, work)
+
+    def _delay_to(self, t: float) -> float:
+        """The delay whose timeout fires at exactly ``t`` (``now + (t - now)`` may round)."""
+        now = self.env.now
+        delay = t - now
+        while now + delay < t:
+            delay = math.nextafter(delay, math.inf)
+        while now + delay > t:
+            delay = math.nextafter(delay, -math.inf)
+        return delay
+
+    def _step_end(self):
+        """Ends when the step's last op does (a shared fabric waits on it)."""
+        yield self._resolved
+        last = max((max(st.finish, default=0.0) for st in self.states), default=0.0)
+        if last > self.env.now:
+            yield self.env.timeout(self._delay_to(last))
+
+    # --- replay with an event per op (interference: compute and transfers interact) --------
+    def _wait(self, st: ClassState, op_id: int) -> simpy.Event:
         ev = st.waiters.get(op_id)
         if ev is None:
             ev = st.waiters[op_id] = self.env.event()
         return ev
 
-    def _done(self, st: _ClassState, op: Op, start: float, category: str) -> None:
-        now = self.env.now
-        st.finish[op.id] = now
+    def _done(self, st: ClassState, op: Op) -> None:
+        st.finish[op.id] = self.env.now
         ev = st.waiters.pop(op.id, None)
         if ev is not None:
             ev.succeed()
-        if self.options.record or isinstance(op, ComputeOp):
-            st.records.append(OpRecord(st.cls.index, op.id, op.name, op.stream.value, start, now,
-                                       category))
 
-    # --- processes --------------------------------------------------------------------------
-    def _stream(self, st: _ClassState, ops: list[Op]):
-        if st.stall_s and ops[0].stream is Stream.COMPUTE:
-            yield self.env.timeout(st.stall_s)    # the step's input is late
-        for op in ops:
-            yield from self._run_op(st, op)
-
-    def _run_op(self, st: _ClassState, op: Op):
-        finish = st.finish
-        for d in op.deps:
-            if finish[d] != finish[d]:  # NaN: not finished yet
-                yield self._wait(st, d)
-        st.arrive[op.id] = self.env.now
-        if isinstance(op, ComputeOp):
-            yield from self._compute(st, op)
-        elif isinstance(op, CollectiveOp):
-            yield from self._collective(st, op)
-        elif isinstance(op, (SendOp, RecvOp)):
-            yield from self._p2p(st, op)
-        elif isinstance(op, CopyOp):
-            start = self.env.now
-            yield self.env.timeout(self.memory.copy_time(op.kind, op.bytes))
-            self._done(st, op, start, "other")
-        elif isinstance(op, MemoryOp):
-            self._done(st, op, self.env.now, "memory")
-
-    def _compute(self, st: _ClassState, op: ComputeOp):
+    def _stream(self, st: ClassState, ops: list[Op]):
         env = self.env
-        start = env.now
-        activity = st.activity
+        if st.stall_s and ops[0].stream is Stream.COMPUTE:
+            yield env.timeout(st.stall_s)    # the step's input is late
+        finish = st.finish
+        for op in ops:
+            for d in op.deps:
+                if finish[d] != finish[d]:  # NaN: not finished yet
+                    yield self._wait(st, d)
+            st.arrive[op.id] = env.now
+            if isinstance(op, ComputeOp):
+                yield from self._compute(st, op)
+            elif isinstance(op, CollectiveOp):
+                yield from self._collective(st, op)
+            elif isinstance(op, (SendOp, RecvOp)):
+                yield from self._p2p(st, op)
+            elif isinstance(op, CopyOp):
+                yield env.timeout(self.memory.copy_time(op.kind, op.bytes))
+            self._done(st, op)
+
+    def _busy(self, st: ClassState, op: ComputeOp) -> float:
+        """A compute op's time alone: its straggler factor, and no less than its kernels'
+        launches on a slow host."""
         busy = st.compute.op_time(op) * st.compute_slow
         if st.launch_s:
             busy = max(busy, len(op.kernels) * st.launch_s)
-        yield env.timeout(activity.start_compute(start, busy))
+        return busy
+
+    def _compute(self, st: ClassState, op: ComputeOp):
+        env = self.env
+        activity = st.activity
+        yield env.timeout(activity.start_compute(env.now, self._busy(st, op)))
         while activity.debt > 0:  # transfers that started while it ran
             yield env.timeout(activity.take_debt())
-        self._done(st, op, start, op.phase.value)
 
-    def _stretch(self, classes) -> tuple[float, float]:
-        """Bandwidth slowdown of a transfer, (network, scale-up): degraded links of its
-        members, and interference when it starts while their compute streams are busy."""
+    # --- what runs in the environment --------------------------------------------------------
+    def _stretched(self, plan: Plan, classes) -> Plan:
+        """``plan`` with its bandwidth terms stretched by its members' degraded links and, when
+        it starts while their compute streams are busy, by interference."""
         net, intra = self._link_factors(classes)
         slowdown = self.interference.comm_slowdown
-        now = self.env.now
-        if slowdown and any(self.states[c].activity.computing(now) for c in classes):
-            net *= 1.0 + slowdown
-            intra *= 1.0 + slowdown
-        return net, intra
+        if slowdown:
+            now = self.env.now
+            if any(self.states[c].activity.computing(now) for c in classes):
+                net *= 1.0 + slowdown
+                intra *= 1.0 + slowdown
+        return plan if net == 1.0 and intra == 1.0 else plan.scaled(net, intra)
 
     def _transfer(self, plan: Plan, classes, extra_s: float = 0.0):
         """Run a plan for ``classes``: latency plus the longer of its NVLink part and its
         network part, the network part shared with other traffic under the flow model. While
         it runs, those classes count it as a transfer in flight."""
         env = self.env
-        if self.interference.any:
+        interference = self.interference.any
+        if interference:
             # Let compute ops that start at this instant start first: they overlap it.
             yield env.timeout(0)
-        net, intra = self._stretch(classes)
-        if net != 1.0 or intra != 1.0:
-            plan = plan.scaled(net, intra)
-        expected = (self._plan_time(plan) + extra_s
-                    if self.interference.compute_slowdown else 0.0)
-        for c in classes:
-            self.states[c].activity.start_transfer(env.now, expected)
+        plan = self._stretched(plan, classes)
+        if interference:
+            expected = (self._plan_time(plan) + extra_s
+                        if self.interference.compute_slowdown else 0.0)
+            for c in classes:
+                self.states[c].activity.start_transfer(env.now, expected)
         if self.flows is None or not plan.loads:
             yield env.timeout(self._plan_time(plan) + extra_s)
         else:
@@ -379,8 +371,9 @@ class StepSimulation:
             yield self.flows.transfer(plan.loads)
             elapsed = env.now - start
             yield env.timeout(plan.latency_s + max(plan.intra_s, elapsed) - elapsed + extra_s)
-        for c in classes:
-            self.states[c].activity.end_transfer()
+        if interference:
+            for c in classes:
+                self.states[c].activity.end_transfer()
 
     def _collective_plan(self, op: CollectiveOp, classes) -> tuple[Plan, float] | None:
         """The plan of ``op`` run by ``classes`` and its per-rank copy time; None when there
@@ -390,7 +383,7 @@ class StepSimulation:
             return self._plans[key]
         except KeyError:
             pass
-        instances = self._instances(op.group, classes)
+        instances = self.device_groups.instances(op.group, classes)
         hit = None
         if len(instances[0]) > 1 and op.bytes > 0:
             plan = self.network.plan(op.kind, op.bytes, instances, op.routing)
@@ -398,36 +391,33 @@ class StepSimulation:
         self._plans[key] = hit
         return hit
 
-    def _run_collective(self, op: CollectiveOp, st: _ClassState, classes):
+    def _run_collective(self, op: CollectiveOp, classes):
         hit = self._collective_plan(op, classes)
         if hit is not None:
             yield from self._transfer(hit[0], classes, hit[1])
 
-    def _collective(self, st: _ClassState, op: CollectiveOp):
-        env = self.env
+    def _collective(self, st: ClassState, op: CollectiveOp):
         sig = self._signature(st, op.group)
-        arrived = env.now
         needed = st.group_classes[op.group]
         if len(needed) == 1:
             # Every member of the group is in this class: nobody to wait for.
-            yield from self._run_collective(op, st, needed)
+            yield from self._run_collective(op, needed)
+            return
+        seq = st.seq.get(op.group, 0)
+        st.seq[op.group] = seq + 1
+        key = (op.group, sig, seq)
+        rv = self.rendezvous.get(key)
+        if rv is None:
+            rv = self.rendezvous[key] = Rendezvous(self.env, needed)
+        rv.arrived.add(st.cls.index)
+        if rv.arrived == rv.needed:
+            del self.rendezvous[key]
+            yield from self._run_collective(op, needed)
+            rv.event.succeed()
         else:
-            seq = st.seq.get(op.group, 0)
-            st.seq[op.group] = seq + 1
-            key = (op.group, sig, seq)
-            rv = self.rendezvous.get(key)
-            if rv is None:
-                rv = self.rendezvous[key] = _Rendezvous(env, needed)
-            rv.arrived.add(st.cls.index)
-            if rv.arrived == rv.needed:
-                del self.rendezvous[key]
-                yield from self._run_collective(op, st, needed)
-                rv.event.succeed()
-            else:
-                yield rv.event
-        self._done(st, op, arrived, charged_axis(op))
+            yield rv.event
 
-    def _p2p(self, st: _ClassState, op: SendOp | RecvOp):
+    def _p2p(self, st: ClassState, op: SendOp | RecvOp):
         env = self.env
         group = self.trace.group_of(op.group, st.cls.representative)
         peer_rank = group[op.peer]
@@ -437,11 +427,10 @@ class StepSimulation:
         key = ("p2p", src, dst, op.tag)
         rv = self.rendezvous.get(key)
         if rv is None:
-            rv = self.rendezvous[key] = _Rendezvous(env, frozenset((0, 1)))
+            rv = self.rendezvous[key] = Rendezvous(env, frozenset((0, 1)))
         side = 0 if isinstance(op, SendOp) else 1
         rv.arrived.add(side)
         rv.posted[side] = env.now
-        posted = env.now
         if len(rv.arrived) == 2:
             del self.rendezvous[key]
             if isinstance(op, RecvOp):
@@ -453,24 +442,15 @@ class StepSimulation:
             yield rv.event
             if isinstance(op, RecvOp):
                 st.send_posted[op.id] = rv.posted[0]
-        self._done(st, op, posted, charged_axis(op))
 
-    def _p2p_plan(self, op: SendOp | RecvOp, st: _ClassState, src: int, dst: int) -> Plan:
+    def _p2p_plan(self, op: SendOp | RecvOp, st: ClassState, src: int, dst: int) -> Plan:
         """All sends of the sending class to the receiving class, as one plan (they happen
         together: every DP and TP replica of a stage sends its activation at once)."""
         sending = isinstance(op, SendOp)
         key = ("p2p", op.group, op.bytes, src, dst, sending, op.peer)
         hit = self._instance_cache.get(key)
         if hit is None:
-            gs = self.trace.group_sets[op.group]
-            mine, other = (src, dst) if sending else (dst, src)
-            device = self.device_of
-            pairs = []
-            for r in self.classes[mine].ranks:
-                partner = gs.group_of(r)[op.peer]
-                if self.class_of[partner] == other:
-                    pairs.append((device(r), device(partner)) if sending
-                                 else (device(partner), device(r)))
+            pairs = self.device_groups.pairs(op.group, op.peer, src, dst, sending)
             hit = self._instance_cache[key] = self.network.p2p_plan(op.bytes, pairs)
         return hit
 
@@ -503,8 +483,10 @@ class StepSimulation:
         """Create the step's processes in the environment (a shared one runs them later)."""
         if self.lanes is not None:
             self.lanes.start()
-        else:
+        elif self.interference.any:
             self._start_processes()
+        else:
+            self._start_folded()
 
     def finished(self, events: int, wall_time_s: float) -> Replay:
         """The records once the environment has run out of events; a deadlock is an error."""
@@ -516,7 +498,8 @@ class StepSimulation:
             op = st.ops[next(i for i, f in enumerate(st.finish) if f != f)]
             raise RuntimeError(f"deadlock: rank class {st.cls.index} never finished op {op.id} "
                                f"({op.name}); the trace's collectives or send/recv do not match")
-        return Replay(timelines=tuple(st.timeline() for st in self.states),
+        every = self.options.record
+        return Replay(timelines=tuple(st.timeline(every) for st in self.states),
                       class_of=self.class_of, events=events, wall_time_s=wall_time_s)
 
     def run(self) -> StepResult:

@@ -57,6 +57,40 @@ class _Region:
     transfer crossing these links."""
 
 
+class _LinkSets:
+    """Link sets by value, each kept once, and the cuts and unions of regions memoised on
+    them: the same few sets of thousands of NIC links meet again and again (every pipeline send
+    of a stage pair, every gradient reduction of a stage), and cutting them anew each time
+    costs as much as the rest of the flow model."""
+
+    __slots__ = ("_by_value", "_cuts", "_unions")
+
+    def __init__(self):
+        self._by_value: dict[frozenset[Link], frozenset[Link]] = {}
+        self._cuts: dict[tuple[int, int], tuple] = {}
+        self._unions: dict[tuple[int, int], frozenset[Link]] = {}
+
+    def canonical(self, links: frozenset[Link]) -> frozenset[Link]:
+        return self._by_value.setdefault(links, links)
+
+    def cut(self, a: frozenset[Link], b: frozenset[Link]) -> tuple[frozenset[Link], ...]:
+        """(a & b, a - b, b - a) of two canonical sets, canonical."""
+        key = (id(a), id(b))
+        hit = self._cuts.get(key)
+        if hit is None:
+            shared = a & b
+            hit = self._cuts[key] = ((self.canonical(shared), self.canonical(a - shared),
+                                      self.canonical(b - shared)) if shared else (shared, a, b))
+        return hit
+
+    def union(self, a: frozenset[Link], b: frozenset[Link]) -> frozenset[Link]:
+        key = (id(a), id(b))
+        hit = self._unions.get(key)
+        if hit is None:
+            hit = self._unions[key] = self.canonical(a | b)
+        return hit
+
+
 Piece = tuple[frozenset[Link], float, float]
 """Links of one transfer that carry the same bytes and have the same capacity."""
 
@@ -72,6 +106,7 @@ class FlowNetwork:
         self.recomputes = 0
         self._ids = itertools.count()
         self._pieces: dict[int, tuple[tuple, tuple[Piece, ...]]] = {}
+        self._sets = _LinkSets()
 
     def transfer(self, loads: tuple[tuple[Link, float], ...]) -> simpy.Event:
         """Start a transfer; the event fires when every link has carried its bytes."""
@@ -97,7 +132,8 @@ class FlowNetwork:
         for link, b in loads:
             if b > 0:
                 groups[(b, self.capacity(link))].add(link)
-        pieces = tuple((frozenset(links), b, cap) for (b, cap), links in groups.items())
+        pieces = tuple((self._sets.canonical(frozenset(links)), b, cap)
+                       for (b, cap), links in groups.items())
         self._pieces[id(loads)] = (loads, pieces)
         return pieces
 
@@ -105,16 +141,15 @@ class FlowNetwork:
     def _join(self, tid: int, pieces: tuple[Piece, ...]) -> None:
         left = [[links, b, cap] for links, b, cap in pieces]
         out: list[_Region] = []
+        cut = self._sets.cut
         for region in self.regions:
             rest = region.links
             for piece in left:
                 if piece[2] != region.capacity or not piece[0]:
                     continue
-                shared = rest & piece[0]
+                shared, rest, piece[0] = cut(rest, piece[0])
                 if shared:
                     out.append(_Region(shared, region.capacity, region.members + ((tid, piece[1]),)))
-                    rest = rest - shared
-                    piece[0] = piece[0] - shared
                     if not rest:
                         break
             if rest:
@@ -123,12 +158,15 @@ class FlowNetwork:
         self.regions = out
 
     def _leave(self, tid: int) -> None:
-        merged: dict[tuple, set[Link]] = {}
+        merged: dict[tuple, frozenset[Link]] = {}
+        union = self._sets.union
         for region in self.regions:
             members = tuple(m for m in region.members if m[0] != tid)
             if members:
-                merged.setdefault((region.capacity, members), set()).update(region.links)
-        self.regions = [_Region(frozenset(links), cap, members)
+                key = (region.capacity, members)
+                before = merged.get(key)
+                merged[key] = region.links if before is None else union(before, region.links)
+        self.regions = [_Region(links, cap, members)
                         for (cap, members), links in merged.items()]
 
     # --- rates ---------------------------------------------------------------------------

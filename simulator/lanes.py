@@ -43,15 +43,15 @@ from clustersim.simulator.lane_tables import (
     CollectiveTable, LaneMap, Lanes, PairTable, Unsupported, collective_table, latest, pair_table,
     settle,
 )
-from clustersim.simulator.records import ClassTimeline, OpRecord, Replay
-from clustersim.simulator.result import charged_axis
+from clustersim.simulator.op_records import op_records
+from clustersim.simulator.records import ClassTimeline, Replay
 from clustersim.simulator.streams import stream_runs
 from clustersim.workloads.trace import (
-    CollectiveOp, ComputeOp, CopyOp, MemoryOp, Op, RecvOp, SendOp, Stream, Trace,
+    CollectiveOp, ComputeOp, CopyOp, Op, RecvOp, SendOp, Stream, Trace,
 )
 
 if TYPE_CHECKING:
-    from clustersim.simulator.engine import Faults
+    from clustersim.simulator.options import Faults
 
 __all__ = ["LaneReplay", "Unsupported", "lane_classes"]
 
@@ -393,25 +393,14 @@ class LaneReplay:
             if op.id == st.first_compute:
                 before.append(at(st.stall_s))
             ready.append(max(before, default=0.0))
-        records = [OpRecord(st.cls.index, op.id, op.name, op.stream.value, ready[op.id],
-                            end[op.id], _category(op))
-                   for op in st.ops if self.record or isinstance(op, ComputeOp)]
-        records.sort(key=lambda r: r.end)
+        records = op_records(st.cls.index, st.ops, ready, end, self.record)
         ranks = st.cls.ranks
         slowest = RankClass(st.cls.index, st.cls.program,
                             (ranks[lane],) + ranks[:lane] + ranks[lane + 1:])
         return ClassTimeline(rank_class=slowest, ready_s=tuple(ready), end_s=end,
                              stream_predecessor=tuple(st.previous),
                              send_posted_s={k: at(v) for k, v in st.send_posted.items()},
-                             records=tuple(records))
-
-
-def _category(op: Op) -> str:
-    if isinstance(op, ComputeOp):
-        return op.phase.value
-    if isinstance(op, (CollectiveOp, SendOp, RecvOp)):
-        return charged_axis(op)
-    return "memory" if isinstance(op, MemoryOp) else "other"
+                             records=records)
 
 
 def _per_rank(values: Mapping[int, float], world: int, default: float) -> np.ndarray | None:

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from clustersim.hardware_specs import ClusterSpec
 from clustersim.simulator.attribution import breakdown
 from clustersim.simulator.metrics import step_metrics
@@ -18,7 +16,7 @@ def drawn(timeline: ClassTimeline) -> tuple[OpRecord, ...]:
     soon as their deps are done) is drawn from when its data could start to arrive, the
     matching send's posting, not from when it was posted."""
     posted = timeline.send_posted_s
-    return tuple(replace(r, start=max(r.start, posted[r.op_id])) if r.op_id in posted else r
+    return tuple(r._replace(start=max(r.start, posted[r.op_id])) if r.op_id in posted else r
                  for r in timeline.records)
 
 

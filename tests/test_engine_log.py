@@ -228,7 +228,9 @@ def test_a_transfer_that_starts_during_compute_is_stretched_by_the_comm_slowdown
 
 
 def test_events_are_counted_exactly():
-    """One process with two timeouts: its start, two timeouts and its end are four events."""
+    """Two compute ops share nothing, so both ends are known at once, without an event each:
+    the end-of-step process's start, the event that every end is known, one timeout to the
+    last end and the process's end are the four events."""
     t = trace(Program("stage0", (0, 1), (compute(0, "c0:1"), compute(1, "c1:1", (0,)))))
     assert replay(t).events == 4
 

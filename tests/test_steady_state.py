@@ -75,7 +75,10 @@ def assert_same_point(full: StepPoint, fast: StepPoint) -> None:
 def test_a_periodic_step_equals_its_full_replay_in_fewer_events(name):
     full, fast = full_and_fast(name)
     assert_same_point(full, fast)
-    assert fast.events < full.events   # it was extrapolated, not replayed
+    cfg = config(name)  # it was extrapolated, not replayed (the events no longer tell: a full
+    # replay folds what shares nothing, so a one-node step costs a handful of events)
+    options = replace(simulation_options(cfg), record=False)
+    assert steady_state.steady_step(cfg.job, cfg.cluster, options) == fast
 
 
 @pytest.mark.parametrize("name", REPLAYED)
