@@ -10,6 +10,7 @@ import pytest
 from clustersim.analysis.config import config_from_mapping
 from clustersim.analysis.step import simulation_options
 from clustersim.analysis.sweeps import steady_state
+from clustersim.analysis.sweeps.critical_summary import critical_summary
 from clustersim.analysis.sweeps.steady_state import (
     Probes, StepPoint, probe_plans, simulate_job, steady_step, with_micro_batches,
 )
@@ -53,10 +54,17 @@ def config(name: str):
     return config_from_mapping({**BASE, **over})
 
 
+def point_of(r) -> StepPoint:
+    """The point of a full replay's step summary (the reference)."""
+    return StepPoint(step_time_s=r.step_time_s, tokens_per_s=r.tokens_per_s,
+                     tflops_per_gpu=r.tflops_per_gpu, mfu=r.mfu, breakdown=r.breakdown,
+                     critical_class=r.critical_class, events=r.events)
+
+
 def full_and_fast(name: str) -> tuple[StepPoint, StepPoint]:
     cfg = config(name)
     options = replace(simulation_options(cfg), record=False)
-    full = StepPoint.of(simulate(build_trace(cfg.job), cfg.cluster, options))
+    full = point_of(simulate(build_trace(cfg.job), cfg.cluster, options))
     return full, simulate_job(cfg.job, cfg.cluster, options)
 
 
@@ -95,9 +103,9 @@ def test_three_steps_on_a_line_are_not_enough():
     options = replace(simulation_options(cfg), record=False)
     runs = []
     for m in (6, 7, 8):
-        sim = StepSimulation(build_trace(with_micro_batches(cfg.job, m)), cfg.cluster, options)
-        replay = sim.replay()
-        runs.append((replay, sim.summary(replay)))
+        trace = build_trace(with_micro_batches(cfg.job, m))
+        replay = StepSimulation(trace, cfg.cluster, options).replay()
+        runs.append((replay, critical_summary(replay, trace)))
     (a, ra), (b, rb), (c, rc) = runs
     assert (rc.step_time_s - rb.step_time_s) == pytest.approx(rb.step_time_s - ra.step_time_s,
                                                               abs=1e-12)
@@ -125,3 +133,44 @@ def test_shorter_steps_keep_the_schedule_shape_and_stay_shorter():
     assert [p.counts for p in plans] == [(8, 12, 16), (16, 20, 24), (32, 36, 40),
                                          (64, 68, 72), (128, 132, 136)]   # twice the last
     assert all(p.round == 4 and p.counts[2] < cfg.job.micro_batches for p in plans)
+
+
+def test_a_plan_that_cannot_finish_within_the_allowance_is_never_started(monkeypatch):
+    """Shorter steps of a plan that would overrun the allowance are wasted: none is run."""
+    cfg = config("1f1b")
+    options = replace(simulation_options(cfg), record=False)
+    first = probe_plans(cfg.job)[0]
+    monkeypatch.setattr(steady_state, "SHORTER_SHARE",
+                        (sum(first.counts) - 1) / cfg.job.micro_batches)
+    started = []
+
+    class Counting(StepSimulation):
+        def __init__(self, trace, *args, **kwargs):
+            started.append(trace)
+            super().__init__(trace, *args, **kwargs)
+
+    monkeypatch.setattr(steady_state, "StepSimulation", Counting)
+    assert steady_step(cfg.job, cfg.cluster, options) is None
+    assert started == []
+    monkeypatch.setattr(steady_state, "SHORTER_SHARE", sum(first.counts) / cfg.job.micro_batches)
+    assert steady_step(cfg.job, cfg.cluster, options) is not None
+    assert len(started) == 3
+
+
+@pytest.mark.parametrize("name", ["1f1b", "zero3-dp2", "gpipe"])
+def test_the_critical_summary_is_the_step_summary_of_its_class(name):
+    """Only the critical class is attributed, with the step summary's numbers exactly."""
+    cfg = config(name)
+    options = replace(simulation_options(cfg), record=False)
+    trace = build_trace(cfg.job)
+    sim = StepSimulation(trace, cfg.cluster, options)
+    replay = sim.replay()
+    full, kept = sim.summary(replay), critical_summary(replay, trace)
+    assert len(full.classes) > 1
+    assert kept.classes == tuple((c.index, c.program, c.ranks, c.representative)
+                                 for c in full.classes)
+    assert kept.finish_s == tuple(c.finish_s for c in full.classes)
+    assert kept.step_time_s == full.step_time_s
+    assert kept.critical_class == full.critical_class
+    assert kept.breakdown == full.breakdown
+    assert kept.peak_memory_bytes / 1e9 == full.peak_memory_gb

@@ -30,9 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from clustersim.hardware_specs import ClusterSpec
-from clustersim.simulator import (
-    Breakdown, Replay, SimulationOptions, StepResult, StepSimulation, simulate,
-)
+from clustersim.simulator import Breakdown, Replay, SimulationOptions, StepSimulation
 from clustersim.simulator.interference import Interference
 from clustersim.simulator.metrics import step_metrics
 from clustersim.workloads import Job
@@ -43,13 +41,17 @@ from clustersim.workloads.strategy import Schedule
 from clustersim.workloads.training import Precision
 from clustersim.workloads.trace import Trace
 
+from clustersim.analysis.sweeps.critical_summary import CriticalSummary, critical_summary
+
 TOLERANCE_S = 1e-7
 """How far (seconds) an extrapolated number may be from the full replay's, in the worst case the
 check allows: a tenth of the microsecond that step times are compared to."""
 
-SHORTER_SHARE = 0.25
+SHORTER_SHARE = 1 / 3
 """The shorter steps tried for a step run at most this share of its micro-batches, together: a
-step that never settles costs at most 1.25 replays, one that does at most a quarter of one."""
+step that never settles costs at most 4/3 replays, one that does at most a third of one. A 1F1B
+step of 12 micro-batches per stage (``pp``) needs just over a quarter for its first plan (``pp +
+1`` to ``pp + 3``); one of 24 cannot afford a second plan after the first failed."""
 
 OP_TOLERANCE_S = 1e-9
 """Rounding allowed when two replays' op times are compared (sums of floats in another order)."""
@@ -153,10 +155,20 @@ class StepPoint:
     """SimPy events processed to find it (every shorter step's, when extrapolated)."""
 
     @classmethod
-    def of(cls, r: StepResult) -> StepPoint:
-        return cls(step_time_s=r.step_time_s, tokens_per_s=r.tokens_per_s,
-                   tflops_per_gpu=r.tflops_per_gpu, mfu=r.mfu, breakdown=r.breakdown,
-                   critical_class=r.critical_class, events=r.events)
+    def of(cls, r: CriticalSummary, totals: Trace, cluster: ClusterSpec,
+           step_time_s: float | None = None, events: int | None = None) -> StepPoint:
+        """The point of ``r``, or of a step of ``step_time_s`` with ``r``'s breakdown;
+        ``totals``: a trace with the step's model FLOPs and tokens (for its rates)."""
+        step = r.step_time_s if step_time_s is None else step_time_s
+        rates = step_metrics(step, totals, cluster, (float("inf"),) * len(totals.programs))
+        return cls(step_time_s=step, tokens_per_s=rates.tokens_per_s,
+                   tflops_per_gpu=rates.tflops_per_gpu, mfu=rates.mfu, breakdown=r.breakdown,
+                   critical_class=r.critical_class, events=r.events if events is None else events)
+
+
+def replayed(trace: Trace, cluster: ClusterSpec, options: SimulationOptions) -> CriticalSummary:
+    """``trace`` replayed in full on ``cluster``, summarised as a sweep needs it."""
+    return critical_summary(StepSimulation(trace, cluster, options).replay(), trace)
 
 
 def simulate_job(job: Job, cluster: ClusterSpec, options: SimulationOptions) -> StepPoint:
@@ -165,25 +177,28 @@ def simulate_job(job: Job, cluster: ClusterSpec, options: SimulationOptions) -> 
         steady = steady_step(job, cluster, options)
         if steady is not None:
             return steady
-    return StepPoint.of(simulate(build_trace(job), cluster, options))
+    trace = build_trace(job)
+    return StepPoint.of(replayed(trace, cluster, options), trace, cluster)
 
 
 def steady_step(job: Job, cluster: ClusterSpec, options: SimulationOptions) -> StepPoint | None:
     """The step of ``job`` from shorter steps (:func:`probe_plans`, each tried in turn, the
     next as soon as two of its steps are not one round apart op by op), or None when none of
-    them is periodic within :data:`SHORTER_SHARE` of its micro-batches."""
-    done: dict[int, tuple[Replay, StepResult]] = {}
+    them is periodic within :data:`SHORTER_SHARE` of its micro-batches. A plan whose steps
+    would not all fit in that allowance, with the steps already run, is never started: its
+    first steps would be wasted."""
+    done: dict[int, tuple[Replay, CriticalSummary]] = {}
     totals: Trace | None = None
+    budget = SHORTER_SHARE * job.micro_batches
     for plan in probe_plans(job):
+        if sum(done) + sum(m for m in plan.counts if m not in done) > budget:
+            continue   # it could not finish within the allowance: never start it
         periodic = True
         for earlier, later in ((None, plan.counts[0]), *zip(plan.counts, plan.counts[1:])):
             if later not in done:
-                if sum(done) + later > SHORTER_SHARE * job.micro_batches:
-                    return None
                 trace = build_trace(with_micro_batches(job, later))
-                sim = StepSimulation(trace, cluster, options)
-                replay = sim.replay()
-                done[later] = replay, sim.summary(replay)
+                replay = StepSimulation(trace, cluster, options).replay()
+                done[later] = replay, critical_summary(replay, trace)
                 totals = totals or replace(trace, model_flops=job.model_flops_per_step,
                                            tokens=float(job.training.tokens_per_step))
             if earlier is not None:
@@ -222,7 +237,7 @@ def _leading(ok: np.ndarray) -> int:
     return int(misses[0]) if len(misses) else len(ok)
 
 
-def extrapolate(plan: Probes, shorter: list[StepResult], totals: Trace,
+def extrapolate(plan: Probes, shorter: list[CriticalSummary], totals: Trace,
                 cluster: ClusterSpec) -> StepPoint | None:
     """The full step from the results of ``plan``'s shorter steps, or None when they do not
     grow by the same amount every round: every class's finish time (which class finishes
@@ -231,28 +246,22 @@ def extrapolate(plan: Probes, shorter: list[StepResult], totals: Trace,
     if not _same_shape(shorter):
         return None
     line = _Line(plan.rounds_beyond)
-    finish = [line.at(*(r.classes[i].finish_s for r in shorter))
-              for i in range(len(shorter[0].classes))]
+    finish = [line.at(*(r.finish_s[i] for r in shorter)) for i in range(len(shorter[0].classes))]
     if None in finish:
         return None
-    critical = max(range(len(finish)), key=lambda i: (finish[i], -shorter[0].classes[i].index))
-    index = shorter[0].classes[critical].index
-    parts = line.breakdown(*(r.classes[critical].breakdown for r in shorter))
-    if index != shorter[0].critical_class or parts is None:
+    critical = max(range(len(finish)), key=lambda i: (finish[i], -shorter[0].classes[i][0]))
+    parts = line.breakdown(*(r.breakdown for r in shorter))
+    if shorter[0].classes[critical][0] != shorter[0].critical_class or parts is None:
         return None
-    step = finish[critical]
-    rates = step_metrics(step, totals, cluster, (float("inf"),) * len(totals.programs))
-    return StepPoint(step_time_s=step, tokens_per_s=rates.tokens_per_s,
-                     tflops_per_gpu=rates.tflops_per_gpu, mfu=rates.mfu, breakdown=parts,
-                     critical_class=index, events=sum(r.events for r in shorter))
+    return StepPoint.of(replace(shorter[-1], breakdown=parts), totals, cluster,
+                        step_time_s=finish[critical], events=sum(r.events for r in shorter))
 
 
-def _same_shape(shorter: list[StepResult]) -> bool:
-    """The same classes, critical class and memory in every shorter step."""
-    def shape(r: StepResult) -> tuple:
-        return (r.critical_class, r.peak_memory_gb, r.fits_in_memory,
-                tuple((c.index, c.program, c.ranks, c.representative,
-                       tuple(c.breakdown.exposed_comm_s)) for c in r.classes))
+def _same_shape(shorter: list[CriticalSummary]) -> bool:
+    """The same classes, critical class, communication axes and memory in every shorter step."""
+    def shape(r: CriticalSummary) -> tuple:
+        return (r.critical_class, r.peak_memory_bytes, r.classes,
+                tuple(r.breakdown.exposed_comm_s))
     return len({shape(r) for r in shorter}) == 1
 
 
