@@ -10,10 +10,12 @@ With ``--gpt3 [WORKERS]`` (minutes): the default sweep of examples/gpt3_175b_a10
 175B on 1,024 A100) with WORKERS workers (default 2), in the order ``run_sweep`` uses: its wall
 time, each point's CPU and wall seconds, the serial total, and the time the same points would
 take on that many workers longest first and cheapest first (list scheduling of the measured
-CPU times: on a shared machine the wall time also counts other people's work).
+CPU times: on a shared machine the wall time also counts other people's work). With ``--sample
+K``, every K-th of those points only (a spread of sizes in minutes; the totals are the sample's).
 
     python benchmarks/bench_sweep.py
     python benchmarks/bench_sweep.py --gpt3 2
+    python benchmarks/bench_sweep.py --gpt3 2 --sample 8
 """
 
 from __future__ import annotations
@@ -74,17 +76,18 @@ def makespan(costs: list[float], workers: int) -> float:
     return max(free)
 
 
-def gpt3_sweep(workers: int) -> None:
+def gpt3_sweep(workers: int, sample: int = 1) -> None:
     loaded = load_for_sweep(REPO / "examples/gpt3_175b_a100.yaml")
     cfg = loaded.config
     candidates = enumerate_space(cfg.job, cfg.cluster.num_devices, cfg.cluster.device.memory_bytes,
                                  space_from_mapping(cfg.sections.get("sweep")))
     todo = work_order([c for c in candidates if c.status is Status.SIMULATE], workers > 1)
+    todo = todo[::sample]
     options = replace(simulation_options(cfg), record=False)
     by_key = {c.key: c for c in todo}
     tasks = [(c.key, c.job, cfg.cluster, options) for c in todo]
-    print(f"gpt3-175b on 1,024 a100: {len(candidates):,} strategies, {len(todo)} to simulate, "
-          f"{workers} workers")
+    print(f"gpt3-175b on 1,024 a100: {len(candidates):,} strategies, {len(todo)} to simulate"
+          f"{f' (every {sample}th)' if sample > 1 else ''}, {workers} workers")
     cpu: dict[str, float] = {}
     start = time.perf_counter()
     for key, metrics, cpu_s, wall_s in run_tasks(timed_evaluate, tasks, workers):
@@ -108,7 +111,8 @@ def gpt3_sweep(workers: int) -> None:
 def main() -> None:
     if "--gpt3" in sys.argv:
         rest = sys.argv[sys.argv.index("--gpt3") + 1:]
-        gpt3_sweep(int(rest[0]) if rest else 2)
+        sample = int(rest[rest.index("--sample") + 1]) if "--sample" in rest else 1
+        gpt3_sweep(int(rest[0]) if rest and rest[0].isdigit() else 2, sample)
         return
     total, to_simulate, rate = enumeration_rate()
     print(f"enumerate + prune (llama3-70b, 64 GPUs): {total} strategies, {to_simulate} to "
