@@ -46,10 +46,10 @@ LINK_CODE_STRIDE = 1 << 40
 _KINDS = tuple(LinkKind)
 
 
-def links_of(codes: list[int]) -> list[Link]:
-    """Links of their codes (:data:`LINK_CODE_STRIDE`)."""
-    kinds, stride = _KINDS, LINK_CODE_STRIDE
-    return [(kinds[code // stride], code % stride) for code in codes]
+def links_of(codes: np.ndarray) -> list[Link]:
+    """Links of their codes (:data:`LINK_CODE_STRIDE`), split in one array operation."""
+    kind, index = np.divmod(np.asarray(codes, dtype=np.int64), LINK_CODE_STRIDE)
+    return list(zip(map(_KINDS.__getitem__, kind.tolist()), index.tolist()))
 
 
 @dataclass(frozen=True, slots=True)

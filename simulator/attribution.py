@@ -65,7 +65,8 @@ def breakdown(ops: Sequence[Op], timeline: ClassTimeline) -> Breakdown:
     parts = {a: 0.0 for a in AXES} | {"bubble": 0.0, "offload": 0.0, "other": 0.0}
     compute = optimizer = 0.0
     prev_end = 0.0
-    for rec in (r for r in timeline.records if r.stream == Stream.COMPUTE.value):
+    compute_stream = Stream.COMPUTE.value
+    for rec in (r for r in timeline.records if r.stream == compute_stream):
         if rec.start - prev_end > _TINY_S:
             _charge(ops, timeline, blocker(ops, timeline, rec.op_id), prev_end, rec.start, parts)
         busy = rec.end - rec.start

@@ -30,7 +30,7 @@ class ClassState:
     __slots__ = ("cls", "compute", "ops", "finish", "arrive", "previous", "waiters", "activity",
                  "seq", "signature", "instances",
                  "compute_slow", "link_slow", "nic_slow", "nvlink_slow", "launch_s", "stall_s",
-                 "send_posted", "group_classes", "blocked")
+                 "send_posted", "group_classes", "blocked", "fixed")
 
     def __init__(self, cls: RankClass, ops: tuple[Op, ...], condition: tuple[float, ...],
                  interference: Interference, compute: ComputeCost):
@@ -45,6 +45,8 @@ class ClassState:
         """The op before it on its stream (-1: first, or on the unordered pp stream)."""
         self.waiters: dict[int, simpy.Event] = {}
         self.blocked: dict[int, list[StreamRun]] = {}
+        self.fixed: dict[tuple, float | None] = {}
+        """Folded replay: a collective's duration by what decides it (None: it shares)."""
         """Folded replay: op id -> the streams waiting for its end to be known."""
         self.activity = DeviceActivity(interference)
         self.seq: dict[str, int] = {}

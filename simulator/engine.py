@@ -233,25 +233,36 @@ class StepSimulation:
     def _fixed_s(self, st: ClassState, op: Op) -> float | None:
         """The duration of an op that shares nothing; None for one that must run in the
         environment."""
+        if isinstance(op, CollectiveOp):
+            key = (op.group, op.kind, op.bytes, op.routing, op.per_rank_copies)
+            try:
+                return st.fixed[key]
+            except KeyError:
+                duration = st.fixed[key] = self._collective_fixed_s(st, op)
+                return duration
         if isinstance(op, ComputeOp):
             return self._busy(st, op)
-        if isinstance(op, CollectiveOp):
-            self._signature(st, op.group)
-            needed = st.group_classes[op.group]
-            if len(needed) != 1:
-                return None
-            hit = self._collective_plan(op, needed)
-            if hit is None:
-                return 0.0
-            plan = self._stretched(hit[0], needed)
-            if self.flows is not None and plan.loads:
-                return None
-            return self._plan_time(plan) + hit[1]
         if isinstance(op, CopyOp):
             return self.memory.copy_time(op.kind, op.bytes)
         if isinstance(op, MemoryOp):
             return 0.0
         return None
+
+    def _collective_fixed_s(self, st: ClassState, op: CollectiveOp) -> float | None:
+        """A collective's duration when its group is all in this class and it crosses no
+        network link under the flow model (the same for every op of the same group, kind and
+        size, so the class keeps it)."""
+        self._signature(st, op.group)
+        needed = st.group_classes[op.group]
+        if len(needed) != 1:
+            return None
+        hit = self._collective_plan(op, needed)
+        if hit is None:
+            return 0.0
+        plan = self._stretched(hit[0], needed)
+        if self.flows is not None and plan.loads:
+            return None
+        return self._plan_time(plan) + hit[1]
 
     def _shared(self, st: ClassState, run: StreamRun, op: Op, ready: float):
         """Run ``op`` in the environment from ``ready``, then resolve what waited for it."""

@@ -26,10 +26,10 @@ then runs over a handful of regions instead of thousands of links.
 from __future__ import annotations
 
 import itertools
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import simpy
 
 from clustersim.hardware_specs.topology import Link
@@ -128,14 +128,23 @@ class FlowNetwork:
         hit = self._pieces.get(id(loads))
         if hit is not None and hit[0] is loads:
             return hit[1]
-        groups: dict[tuple[float, float], set[Link]] = defaultdict(set)
-        for link, b in loads:
-            if b > 0:
-                groups[(b, self.capacity(link))].add(link)
-        pieces = tuple((self._sets.canonical(frozenset(links)), b, cap)
-                       for (b, cap), links in groups.items())
-        self._pieces[id(loads)] = (loads, pieces)
-        return pieces
+        pieces: list[Piece] = []
+        if loads:  # thousands of links: grouped in array operations, in first-seen order
+            links, sizes = zip(*loads)
+            kept = np.array(sizes, dtype=float) > 0
+            links = tuple(itertools.compress(links, kept.tolist()))
+            sizes_of, size = np.unique(np.array(sizes, dtype=float)[kept], return_inverse=True)
+            capacities, capacity = np.unique(np.fromiter(map(self.capacity, links), dtype=float,
+                                                         count=len(links)), return_inverse=True)
+            pairs, first, group = np.unique(size * len(capacities) + capacity,
+                                            return_index=True, return_inverse=True)
+            for g in np.argsort(first, kind="stable").tolist():
+                members = frozenset(itertools.compress(links, (group == g).tolist()))
+                b, cap = divmod(int(pairs[g]), len(capacities))
+                pieces.append((self._sets.canonical(members), float(sizes_of[b]),
+                               float(capacities[cap])))
+        self._pieces[id(loads)] = (loads, tuple(pieces))
+        return self._pieces[id(loads)][1]
 
     # --- regions -------------------------------------------------------------------------
     def _join(self, tid: int, pieces: tuple[Piece, ...]) -> None:

@@ -8,10 +8,14 @@ the two times per op; the records are made once, when a timeline asks for them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 from clustersim.simulator.records import OpRecord
 from clustersim.simulator.result import charged_axis
 from clustersim.workloads.trace import CollectiveOp, ComputeOp, MemoryOp, Op, RecvOp, SendOp
+
+
+_END = attrgetter("end")
 
 
 def category(op: Op) -> str:
@@ -30,5 +34,5 @@ def op_records(rank_class: int, ops: Sequence[Op], ready: Sequence[float],
     records = [OpRecord(rank_class, op.id, op.name, op.stream.value, ready[op.id], end[op.id],
                         category(op))
                for op in ops if every or isinstance(op, ComputeOp)]
-    records.sort(key=lambda r: r.end)
+    records.sort(key=_END)
     return tuple(records)

@@ -267,17 +267,20 @@ class CollectivePlanner:
 
     # --- network loads per byte of volume ------------------------------------------------
     def nodes_of(self, group: tuple[int, ...]) -> dict[int, list[int]]:
+        """The group's devices by node, nodes ascending, devices in the group's order."""
         per: dict[int, list[int]] = defaultdict(list)
-        for device in group:
-            per[self.topology.location(device).node].append(device)
+        nodes = self.topology.fields()["node"][np.asarray(group, dtype=np.int64)].tolist()
+        for node, device in zip(nodes, group):
+            per[node].append(device)
         return dict(sorted(per.items()))
 
-    def routed_loads(self, src: list[int], dst: list[int],
-                     weights: list[float]) -> tuple[tuple[Link, float], ...]:
+    def routed_loads(self, src: list[int], dst: list[int], weights: list[float],
+                     by_link: bool = False) -> tuple[tuple[Link, float], ...]:
         """Bytes per network link when each ``src[i]`` sends ``weights[i]`` to ``dst[i]``, in
-        the order the links are first crossed. All transfers are routed at once
-        (``Topology.routes``) and each link's bytes summed in transfer order, so the sums are
-        those of adding transfer after transfer."""
+        the order the links are first crossed (``by_link``: in link order, as ``sorted`` puts
+        them: by kind, then index). All transfers are routed at once (``Topology.routes``) and
+        each link's bytes summed in transfer order, so the sums are those of adding transfer
+        after transfer."""
         transfer, codes = self.topology.routes(np.asarray(src, dtype=np.int64),
                                                np.asarray(dst, dtype=np.int64))
         if not codes.size:
@@ -285,8 +288,10 @@ class CollectivePlanner:
         links, first, slot = np.unique(codes, return_index=True, return_inverse=True)
         sums = np.bincount(slot, weights=np.asarray(weights, dtype=float)[transfer],
                            minlength=len(links))
+        if by_link:  # a code is kind x stride + index: unique's order is the links' order
+            return tuple(zip(links_of(links), sums.tolist()))
         order = np.argsort(first, kind="stable")
-        return tuple(zip(links_of(links[order].tolist()), sums[order].tolist()))
+        return tuple(zip(links_of(links[order]), sums[order].tolist()))
 
     def ring_unit_loads(self, instances: tuple[tuple[int, ...], ...]) -> tuple[tuple[Link, float], ...]:
         """Network bytes per byte of per-rank ring volume: at each node boundary, the volume
@@ -297,7 +302,7 @@ class CollectivePlanner:
         hit = self._unit.get(key)
         if hit is None:
             src, dst, share = self._ring_hops(instances)
-            hit = self._unit[key] = tuple(sorted(self.routed_loads(src, dst, share)))
+            hit = self._unit[key] = self.routed_loads(src, dst, share, by_link=True)
         return hit
 
     def _ring_hops(self, instances: tuple[tuple[int, ...], ...]):
