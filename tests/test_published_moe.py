@@ -38,3 +38,20 @@ def test_a_model_column_names_the_preset_and_the_dispatcher_column_the_strategy(
 def test_an_unknown_dispatcher_in_a_row_names_the_field(catalog):
     with pytest.raises(SpecError, match=r"strategy\.ep_dispatcher: expected one of"):
         row_config(dict(_row("mz_qwen3_235b_h100_deepep_tp4_ep8_pp8"), ep_dispatcher="nccl"), catalog)
+
+
+def test_a_capacity_factor_row_runs_the_token_drop_recipe_and_its_dropless_twin_does_not(catalog):
+    """Megatron-Bridge's ``apply_moe_token_drop``: capacity factor 1.0, every expert padded to
+    its capacity; the 25.11 twin of the same layout is dropless."""
+    drop = row_config(_row("mb2509_qwen3_30b_a3b_b200_8gpu_fp8_tokendrop"), catalog).job
+    dropless = row_config(_row("mb2511_qwen3_30b_a3b_b200_8gpu_mxfp8"), catalog).job
+    assert (drop.training.moe.capacity_factor, drop.training.moe.pad_to_capacity) == (1.0, True)
+    assert dropless.training.moe.capacity_factor == 0.0
+    assert (drop.strategy, drop.training.micro_batch) == (dropless.strategy, 1)
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "one"])
+def test_a_bad_capacity_factor_names_the_column(catalog, bad):
+    row = dict(_row("mb2509_qwen3_30b_a3b_b200_8gpu_fp8_tokendrop"), capacity_factor=bad)
+    with pytest.raises(SpecError, match=r"^capacity_factor: expected a positive number"):
+        row_config(row, catalog)

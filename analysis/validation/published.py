@@ -11,7 +11,9 @@ except torchtitan's torchao float8), ep_dispatcher (absent: alltoall), etp
 (absent: tp), cp_algorithm and cp_a2a (absent: ring), schedule (absent: 1f1b, or interleaved
 with virtual_stages > 1), moe_a2a_overlap, account_for_embedding_in_pipeline_split and
 account_for_loss_in_pipeline_split (absent: false), recompute_modules (with recompute
-``modules``: Megatron-Core's module names separated by spaces), and ``model``: a preset or bundled
+``modules``: Megatron-Core's module names separated by spaces), capacity_factor (absent:
+dropless; set: Megatron-Core's token-drop recipe, ``--moe-expert-capacity-factor`` with
+``--moe-pad-expert-input-to-capacity``, every expert computing its full capacity), and ``model``: a preset or bundled
 Hugging Face config (MoE, MLA) that replaces the architecture columns. An empty micro_batch means 1. Rows whose
 config does not fit in memory are reported apart; rows that cannot be mapped (unknown GPU, an
 impossible strategy) are listed with the reason.
@@ -197,6 +199,16 @@ def _model(row: dict) -> TransformerSpec:
     })
 
 
+def _token_drop(row: dict) -> dict:
+    """The ``moe`` routing of a ``capacity_factor`` row: Megatron-Bridge's token-drop recipe
+    (``apply_moe_token_drop``) pads every expert's input to its capacity."""
+    if not _cell(row, "capacity_factor"):
+        return {}
+    return {"moe": {"capacity_factor": _positive(row, "capacity_factor",
+                                                     "balanced shares an expert keeps"),
+                    "pad_to_capacity": True}}
+
+
 def row_config(row: dict, catalog: Catalog) -> RunConfig:
     """The run config a CSV row describes."""
     named = bool(_cell(row, "model"))
@@ -213,6 +225,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         **{key: _cell(row, key) for key in ("fp8_recipe", "fp8_param_gather", "cross_entropy",
                                             "fp32_grad_reduce") if _cell(row, key)},
         **{key: software[key] for key in ("fp8_saved_inputs",) if key in software},
+        **_token_drop(row),
     })
     v = _int(row, "virtual_stages", 1)
     strategy = strategy_from_mapping({
