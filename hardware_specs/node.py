@@ -85,6 +85,12 @@ class NodeSpec:
     net_simple_protocol_only: bool = False
     """The network transport carries only NCCL's Simple protocol (no LL/LL128 across nodes):
     AWS EFA, where the aws-ofi-nccl plugin sets ``NCCL_PROTO=simple`` on its platforms."""
+    net_plugin_latency_s: float = 0.0
+    """Network latency the node's NCCL net plugin reports (``ncclNetProperties.latency``), which
+    NCCL's tuner adds to every network hop of its latency model, twice with Simple ("the flush
+    extra latency"; ``tuning.cc``, ``graph->latencyInter`` from ``search.cc``). A tuning input,
+    not a cost: NCCL's own InfiniBand and socket transports report 0 ("Not set"); aws-ofi-nccl
+    reports 75 us on p4d, p4de, p5 and p5e and 35 us on p5en and p6 (``platform-aws``)."""
     collective_latency_s: float = 0.0
     """Measured per-step latency of a collective inside this node (e.g. gloo over shared
     memory, from calibration); 0 means NCCL's own latency model (``src/graph/tuning.cc``)."""
@@ -130,6 +136,7 @@ def read_node(f: Fields) -> NodeSpec:
         nic_efficiency=f.number("nic_efficiency", 0.92, minimum=0.05, maximum=1.0),
         net_post_overhead_s=f.quantity("net_post_overhead", Quantity.TIME, 1e-6),
         net_simple_protocol_only=f.boolean("net_simple_protocol_only", False),
+        net_plugin_latency_s=f.quantity("net_plugin_latency", Quantity.TIME, 0.0, positive=False),
         collective_latency_s=f.quantity("collective_latency", Quantity.TIME, 0.0, positive=False),
         measured_comm=read_measured_comm(f.sub("measured_comm")),
         comm_in_training=f.number("comm_in_training", 1.0, minimum=0.5, maximum=4.0),

@@ -9,7 +9,12 @@ differs from the physical cost in three ways, each from its source:
   bandwidth is multiplied by a static factor per power of two of the size, 64 B to 256 MiB
   (``treeCorrectionFactor``, 0.4-1.0 by protocol);
 - "Plateau effect of ring": a Simple ring all-reduce across nodes has its latency multiplied by
-  1.4 (1.9 before compute capability 8.0) once every channel gives each rank 64 B or more.
+  1.4 (1.9 before compute capability 8.0) once every channel gives each rank 64 B or more;
+- the latency the net plugin reports (``NodeSpec.net_plugin_latency_s``; 0 for NCCL's own
+  InfiniBand transport, 75 us from aws-ofi-nccl on p4d/p5) is added to every network hop of the
+  algorithm, and again with Simple for the receive's flush (``interLat += latencyInter``): a
+  ring all-reduce has 2(nodes - 1) such hops (all-gather and reduce-scatter nodes - 1), a tree
+  or NVLSTree 2 floor(log2(nodes)), CollNet one.
 """
 
 from __future__ import annotations
@@ -43,12 +48,31 @@ def tree_correction(proto: Protocol, nbytes: float) -> float:
     return table[index] if 0 <= index < len(table) else 1.0
 
 
+def network_hops(algorithm: Algorithm, kind: CollectiveKind, nodes: int) -> int:
+    """Network hops of NCCL's latency model for ``algorithm`` (``tuning.cc``): those that pay
+    the plugin's reported latency."""
+    if nodes < 2:
+        return 0
+    if algorithm is Algorithm.RING:
+        if kind is CollectiveKind.ALL_REDUCE:
+            return 2 * (nodes - 1)
+        if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):
+            return nodes - 1
+        return 0
+    if algorithm in (Algorithm.TREE, Algorithm.NVLS_TREE):
+        return 2 * int(math.log2(nodes))
+    return 1 if algorithm is Algorithm.COLLNET else 0
+
+
 def predicted_s(plan: Plan, kind: CollectiveKind, nbytes: float, network_s: float, *,
-                ranks: int, nodes: int, channels: int, ampere_or_later: bool) -> float:
-    """NCCL's own prediction of ``plan``'s time: its latency without the pipeline's fill, the
-    ring plateau, and its bandwidth part as NCCL rates it (``Plan.rated_s``) over the tree
+                ranks: int, nodes: int, channels: int, ampere_or_later: bool,
+                net_latency_s: float = 0.0) -> float:
+    """NCCL's own prediction of ``plan``'s time: its latency without the pipeline's fill, with
+    the plugin's reported ``net_latency_s`` on every network hop (twice with Simple), the ring
+    plateau, and its bandwidth part as NCCL rates it (``Plan.rated_s``) over the tree
     correction."""
-    latency = plan.latency_s - plan.fill_s
+    reported = net_latency_s * (2 if plan.protocol is Protocol.SIMPLE else 1)
+    latency = plan.latency_s - plan.fill_s + network_hops(plan.algorithm, kind, nodes) * reported
     bandwidth = max(plan.intra_s, network_s) if plan.rated_s is None else plan.rated_s
     if kind is CollectiveKind.ALL_REDUCE:
         if plan.algorithm is Algorithm.TREE:

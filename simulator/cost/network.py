@@ -73,7 +73,8 @@ class NetworkModel:
         generation = self.cluster.device.scale_up_generation
         context = dict(ranks=len(instances[0]), nodes=len(self.planner.nodes_of(instances[0])),
                        channels=COLL_CHANNELS.get(generation, 16),
-                       ampere_or_later=ARCH_OF_SCALE_UP.get(generation) != "volta")
+                       ampere_or_later=ARCH_OF_SCALE_UP.get(generation) != "volta",
+                       net_latency_s=self.cluster.node.net_plugin_latency_s)
         return min(candidates, key=lambda p: predicted_s(p, kind, nbytes, self.planner.network_s(p),
                                                          **context))
 

@@ -7,10 +7,15 @@
   p4d.24xlarge (4 x 100 Gb/s EFA) NCCL 2.23 reaches 73-78 GB/s bus bandwidth from 256 MiB
   (AWS DLAMI guide, analysis/data/collectives_multinode_sweeps.csv), above the 46 GB/s a ring
   can pass through those NICs.
-- NCCL's tuner does not count that halving: it rates a tree's bus bandwidth at 0.92 of the
-  graph's and its algorithm bandwidth at half of that, against n / (2(n-1)) for the ring
-  (``tuning.cc``), whatever the node count; :func:`tree_plan` keeps that rating in
-  ``Plan.rated_s`` for the chooser (``nccl_tuner.py``) while its loads are the physical ones.
+- NCCL's tuner rates a tree's bus bandwidth at 0.92 of the graph's and its algorithm bandwidth
+  at half of that, against n / (2(n-1)) for the ring (``tuning.cc``); :func:`tree_plan` keeps
+  that rating in ``Plan.rated_s`` for the chooser (``nccl_tuner.py``) while its loads are the
+  physical ones. On two nodes NCCL takes the graph's intra-node bandwidth (``bw = nNodes <= 2 ?
+  bwIntra : bwInter``), which its search raises for trees up to twice the network's as far as
+  NVLink carries it (``search.cc``): so it runs the tree on two p4d, whose NVLink carries five
+  times its network. The model does not raise it: on two NDm A100 v4 nodes (8 x 200 Gb/s) the
+  same rule would run a tree the model costs at 258 GB/s, where nccl-tests measured a
+  ring-limited 184-188 (``collectives_dev.csv``); the search's outcome there is not modelled.
 - The chunk pipeline's fill (``chunk_pipeline.py``).
 """
 
