@@ -35,6 +35,20 @@ def test_published_datasheet_numbers(catalog):
         a100.flops(Dtype.FP8)
 
 
+def test_grand_teton_h100_is_the_hbm2e_part_the_torchtitan_benchmarks_ran_on(catalog):
+    """torchtitan's H100 benchmarks: '96GB HBM2e with 2.4 TB/sec peak memory bandwidth', '500W
+    power limit', 8 per host with 400 Gb/s RDMA per GPU; no source gives its sustained clock at
+    500 W, so it keeps H100 SXM's tensor rates and differs from it only where sources say."""
+    gt, sxm = catalog.devices["h100-hbm2e-500w"], catalog.devices["h100-sxm"]
+    assert gt.memory_bandwidth == pytest.approx(2.4e12) and gt.tdp_w == 500
+    assert gt.memory_bytes == 94 * 2**30            # HBM2e H100 as measured, arXiv 2604.11391
+    assert gt.flops(Dtype.BF16) == sxm.flops(Dtype.BF16)
+    assert gt.efficiency == sxm.efficiency
+    cluster = catalog.cluster(device="h100-hbm2e-500w", num_devices=256)
+    assert (cluster.node.name, cluster.num_nodes) == ("grand-teton-h100", 32)
+    assert cluster.node.nic_count * cluster.node.nic_bandwidth * 8 == pytest.approx(8 * 400e9)
+
+
 def test_llama3_failure_rates_reproduce_the_paper_count(catalog):
     model = catalog.failure_models["llama3-405b-h100"]
     node_days = 2048 * 54

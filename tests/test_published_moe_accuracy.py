@@ -51,9 +51,9 @@ OFF = {
     "mb2509_qwen3_30b_a3b_gb200_8gpu_fp8_tokendrop": "-29% " + GPU_GAP,
     "mb2509_qwen3_30b_a3b_h100_16gpu_fp8_tokendrop": "-21% (kernels issued eagerly, no graphs) "
     + GPU_GAP,
-    "torchtitan_llama3_8b_8gpu_fsdp8_cp1": "+17%: torch.compile and Float8 linears at 32K on "
-    "power-limited HBM2e H100s (500 W), none of which the catalog describes",
-    "torchtitan_llama3_8b_8gpu_fsdp4_cp2": "+34%: the 64K row is predicted slower while the "
+    "torchtitan_llama3_8b_8gpu_fsdp8_cp1": "+19%: torch.compile and Float8 linears at 32K on "
+    "power-limited HBM2e H100s (500 W), whose sustained clocks no source gives",
+    "torchtitan_llama3_8b_8gpu_fsdp4_cp2": "+35%: the 64K row is predicted slower while the "
     "128K and 256K rows are within 6%; not identified",
 }
 
