@@ -2,15 +2,20 @@
 
 Config (Llama 3 Herd, arXiv 2407.21783, sec. 3.3.2): TP8 PP16 DP128, seq 8192, global batch
 2048, micro-batch 1, interleaved 1F1B. Reference: a bare SimPy loop of 1,000,000 timeouts run in
-the same process, so the ratio is meaningful on a shared, noisy machine. Then the same job
-on 1,024 and 4,096 GPUs (DP 8 and 32, the global batch scaled with DP so that every replica
-runs the same 16 micro-batches): how the cost grows with the GPU count.
+the same process just before each step (build + simulate), so the ratio is meaningful on a
+shared, noisy machine; the step runs ``--repeats`` times, each after its own bare loop, and the
+ratio is given in wall time and in this process's CPU time (less sensitive to other processes).
+Then the same job on 1,024 and 4,096 GPUs (DP 8 and 32, the global batch scaled with DP so that
+every replica runs the same 16 micro-batches): how the cost grows with the GPU count.
 
     python benchmarks/bench_engine.py
+    python benchmarks/bench_engine.py --repeats 5
 """
 
 from __future__ import annotations
 
+import argparse
+import statistics
 import time
 
 import simpy
@@ -25,6 +30,11 @@ BARE_TIMEOUTS = 1_000_000
 
 
 def bare_simpy_seconds(n: int = BARE_TIMEOUTS) -> float:
+    return bare_simpy_times(n)[0]
+
+
+def bare_simpy_times(n: int = BARE_TIMEOUTS) -> tuple[float, float]:
+    """(wall, CPU) seconds of a bare SimPy loop of ``n`` timeouts."""
     env = simpy.Environment()
 
     def loop():
@@ -32,9 +42,9 @@ def bare_simpy_seconds(n: int = BARE_TIMEOUTS) -> float:
             yield env.timeout(1.0)
 
     env.process(loop())
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     env.run()
-    return time.perf_counter() - start
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def llama3_405b_job(gpus: int = 16384) -> Job:
@@ -45,26 +55,41 @@ def llama3_405b_job(gpus: int = 16384) -> Job:
     return Job(PRESETS["llama3-405b"], training, strategy).checked(gpus)
 
 
-def timed_step(gpus: int, bare: float) -> None:
-    """Build and simulate the step on ``gpus`` H100 and print its cost next to ``bare``."""
+def timed_step(gpus: int, bare: tuple[float, float]) -> tuple[float, float]:
+    """Build and simulate the step on ``gpus`` H100, print its cost next to ``bare`` (wall, CPU)
+    and return the two ratios."""
     cluster = load_catalog().cluster(device="h100-sxm", num_devices=gpus)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     trace = build_trace(llama3_405b_job(gpus))
     built = time.perf_counter() - start
     result = simulate(trace, cluster)
-    total = time.perf_counter() - start
+    total, total_cpu = time.perf_counter() - start, time.process_time() - cpu
     ops = sum(len(p.ops) for p in trace.programs)
+    wall_ratio, cpu_ratio = total / bare[0], total_cpu / bare[1]
     print(f"llama3-405b on {gpus:,} h100-sxm: build {built:.2f} s + simulate "
-          f"{result.wall_time_s:.2f} s = {total:.2f} s ({total / bare:.2f}x bare SimPy); "
-          f"{ops:,} ops in {len(result.classes)} rank classes; {result.events:,} events; "
-          f"step time {result.step_time_s:.6f} s, MFU {100 * result.mfu:.1f}%")
+          f"{result.wall_time_s:.2f} s = {total:.2f} s ({wall_ratio:.2f}x bare SimPy; CPU "
+          f"{cpu_ratio:.2f}x); {ops:,} ops in {len(result.classes)} rank classes; "
+          f"{result.events:,} events; step time {result.step_time_s:.6f} s, "
+          f"MFU {100 * result.mfu:.1f}%")
+    return wall_ratio, cpu_ratio
 
 
 def main() -> None:
-    bare = bare_simpy_seconds()
-    print(f"bare SimPy, {BARE_TIMEOUTS:,} timeouts: {bare:.2f} s")
-    for gpus in (16384, 1024, 4096):
-        timed_step(gpus, bare)
+    parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="16,384-GPU steps, each after its own bare loop (default 3)")
+    args = parser.parse_args()
+    ratios = []
+    for _ in range(args.repeats):
+        bare = bare_simpy_times()
+        print(f"bare SimPy, {BARE_TIMEOUTS:,} timeouts: {bare[0]:.2f} s (CPU {bare[1]:.2f} s)")
+        ratios.append(timed_step(16384, bare))
+    wall, cpu = (sorted(r[i] for r in ratios) for i in (0, 1))
+    print(f"16,384 GPUs over {args.repeats} runs: {wall[0]:.2f}x-{wall[-1]:.2f}x bare SimPy "
+          f"(median {statistics.median(wall):.2f}x), CPU {cpu[0]:.2f}x-{cpu[-1]:.2f}x "
+          f"(median {statistics.median(cpu):.2f}x)")
+    for gpus in (1024, 4096):
+        timed_step(gpus, bare_simpy_times())
     print(f"bare SimPy again: {bare_simpy_seconds():.2f} s (the machine's noise)")
 
 

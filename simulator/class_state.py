@@ -70,7 +70,7 @@ class ClassState:
 class StreamRun:
     """Folded replay: the ops of one stream (or one pp op) and how far they are known."""
 
-    __slots__ = ("ops", "next", "end", "busy")
+    __slots__ = ("ops", "next", "end")
 
     def __init__(self, ops: list[Op], begin: float):
         self.ops = ops
@@ -78,5 +78,3 @@ class StreamRun:
         """Index of its first op whose end is not known yet."""
         self.end = begin
         """When its last known op ends (its start before the first)."""
-        self.busy = False
-        """Its next op is running in the environment (it shares something)."""

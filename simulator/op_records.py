@@ -21,7 +21,7 @@ _END = attrgetter("end")
 def category(op: Op) -> str:
     """What a record says an op was: a compute op's phase, a communication op's axis."""
     if isinstance(op, ComputeOp):
-        return op.phase.value
+        return op.phase._value_  # the member's value (enum's documented sunder name), unwrapped
     if isinstance(op, (CollectiveOp, SendOp, RecvOp)):
         return charged_axis(op)
     return "memory" if isinstance(op, MemoryOp) else "other"
@@ -31,8 +31,8 @@ def op_records(rank_class: int, ops: Sequence[Op], ready: Sequence[float],
                end: Sequence[float], every: bool) -> tuple[OpRecord, ...]:
     """Records of ``ops`` (of every op when ``every``, else of compute ops only) in the order
     they ended (op order on a tie)."""
-    records = [OpRecord(rank_class, op.id, op.name, op.stream.value, ready[op.id], end[op.id],
-                        category(op))
+    records = [OpRecord(rank_class, op.id, op.name, op.stream._value_, ready[op.id],
+                        end[op.id], category(op))
                for op in ops if every or isinstance(op, ComputeOp)]
     records.sort(key=_END)
     return tuple(records)
