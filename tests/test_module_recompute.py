@@ -131,3 +131,27 @@ def test_moe_recompute_needs_a_mixture_of_experts():
     with pytest.raises(SpecError, match="strategy.recompute_modules: moe needs a mixture"):
         Job(from_mapping(dense), TRAINING, Strategy(dp=8, recompute=Recompute.MODULES,
                                                    recompute_modules=(MOE,))).checked(8)
+
+
+MLP = RecomputeModule.MLP
+
+
+def test_mlp_recompute_reruns_only_the_dense_layers_mlp():
+    """Megatron-Core's ``mlp`` ("recompute the dense MLP submodule") checkpoints the MLP of a
+    layer without experts: its fc1, activation and fc2 rerun before their backward, their
+    outputs leave the stored activations (the input stays), a MoE layer is untouched, and the
+    FLOP count adds the dense layers' MLP GEMMs once more."""
+    job = _job(MLP)
+    ops = LayerOps(job.model, job.training, job.strategy)
+    assert [k.name for k in ops.recompute(0).mlp] == ["fc1", "activation", "fc2"]
+    assert ops.recompute(3).mlp == () and ops.recompute(0).attention == ()
+    m, e = job.model, TRAINING.precision.activation_bytes
+    tokens = TRAINING.micro_batch * TRAINING.seq_len
+    saved = (layer_activation_bytes(m, TRAINING, _strategy(), 0)
+             - layer_activation_bytes(m, TRAINING, _strategy(MLP), 0))
+    assert saved == pytest.approx(e * tokens * 3 * m.ffn_hidden)   # fc1's two outputs, fc2's input
+    assert (layer_activation_bytes(m, TRAINING, _strategy(MLP), 3)
+            == layer_activation_bytes(m, TRAINING, _strategy(), 3))
+    dense_layers = m.layers - m.moe_layers
+    assert job.hardware_flops_per_step - _job().hardware_flops_per_step == pytest.approx(
+        2.0 * 3 * m.hidden * m.ffn_hidden * dense_layers * TRAINING.tokens_per_step)

@@ -403,6 +403,7 @@ def op_saved_matmul_width(model: TransformerSpec) -> int:
 MODULE_KERNELS = {
     RecomputeModule.LAYERNORM: ("norm1", "norm2", "q_norm", "kv_norm"),
     RecomputeModule.MLA_UP_PROJ: ("q_up", "kv_up", "qkv_layout", "rotary"),
+    RecomputeModule.MLP: ("fc1", "activation", "fc2"),   # a dense layer's; shared experts are shared*_
     RecomputeModule.MOE_ACT: ("expert_act",),
     RecomputeModule.MOE: (),
 }
@@ -424,7 +425,8 @@ def recompute_flops_per_token(model: TransformerSpec, seq_len: int, recompute: R
                               modules: tuple[RecomputeModule, ...] = ()) -> float:
     """Extra forward FLOPs per token that recomputation adds (full: every layer's forward;
     selective with unfused attention: the QK^T and AV products; modules: the MLA
-    up-projections and the MoE block's GEMMs, the other modules being element-wise)."""
+    up-projections, the MoE block's and the dense MLPs' GEMMs, the other modules being
+    element-wise)."""
     m = model
     if recompute is Recompute.FULL:
         return sum(layer_forward_flops(m, i, seq_len) for i in range(m.layers))
@@ -441,5 +443,8 @@ def recompute_flops_per_token(model: TransformerSpec, seq_len: int, recompute: R
             extra += m.layers * mla_up_proj_flops_per_token(m)
         if RecomputeModule.MOE in modules:
             extra += m.moe_layers * 2.0 * moe_block_gemm_params(m)
+        if RecomputeModule.MLP in modules:
+            extra += (m.layers - m.moe_layers) * 2.0 * m.hidden * m.ffn_hidden * (
+                3 if m.mlp is Mlp.SWIGLU else 2)
         return extra
     return 0.0

@@ -169,6 +169,8 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
     if RecomputeModule.MOE in modules and moe:   # the block keeps only its input (above)
         whole -= f * per * m.top_k * m.hidden
         split -= mlp
+    elif RecomputeModule.MLP in modules and not moe:   # the dense MLP keeps only its input
+        split -= mlp
     elif RecomputeModule.MOE_ACT in modules and moe:   # the routed experts' fc2 inputs
         split -= f * per * m.top_k * m.expert_ffn
     core = 0.0

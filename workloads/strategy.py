@@ -76,6 +76,11 @@ class RecomputeModule(enum.Enum):
     MLA_UP_PROJ = "mla_up_proj"
     """MLA's query and key/value up-projections, their layout and rotary embedding: the
     queries, keys and values attention reads are rebuilt from the stored latents."""
+    MLP = "mlp"
+    """The dense MLP of each layer without experts (fc1, activation, fc2): only its input is
+    kept, and its forward reruns before its backward (Megatron-Core's ``mlp``, "recompute the
+    dense MLP submodule"; a MoE layer's block is ``moe``'s). Under sequence parallelism the
+    rerun's all-gather and reduce-scatter are not counted."""
     MOE_ACT = "moe_act"
     """The routed experts' activation function (the input of their second GEMM)."""
     MOE = "moe"
