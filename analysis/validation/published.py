@@ -162,6 +162,15 @@ def _int(row: dict, key: str, default: int | None = None) -> int:
         raise SpecError(key, f"expected a whole number, got {text!r}") from None
 
 
+def _ints(row: dict, key: str) -> list[int]:
+    """A cell of whole numbers separated by spaces (empty: none)."""
+    try:
+        return [int(word) for word in _cell(row, key).split()]
+    except ValueError:
+        raise SpecError(key, f"expected whole numbers separated by spaces, "
+                             f"got {_cell(row, key)!r}") from None
+
+
 def _measured_peak(row: dict) -> float | None:
     """The ``measured_peak_memory_gib`` column: None when empty."""
     if not _cell(row, "measured_peak_memory_gib"):
@@ -240,6 +249,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "zero": _int(row, "zero", 0), "recompute": _cell(row, "recompute", "none"),
         "recompute_layers": _int(row, "recompute_layers", 0),
         "recompute_modules": _cell(row, "recompute_modules").split(),
+        "layers_per_stage": _ints(row, "layers_per_stage"),
         "virtual_stages": v,
         "schedule": _cell(row, "schedule", "interleaved" if v > 1 else "1f1b"),
         **{k: software[k] for k in ("zero3_granularity", "zero3_prefetch") if k in software},
