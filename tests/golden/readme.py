@@ -128,6 +128,8 @@ _ROWS = {
                                  "torchtitan_h100_llama3.1_405b_512gpu_3d_interleaved"),
     "mf_weak_32b": ("validate_megatron_family", "megatronlm_h100_weak_32B"),
     "moe_deepseek_v3_report": ("validate_moe", "deepseek_v3_report_h800_2048gpu"),
+    **{f"bw_dsv3_{gpu}": ("validate_blackwell", f"mbridge_26.04.01_{gpu}_deepseekv3_mxfp8_256gpu")
+       for gpu in ("b200", "b300", "gb200", "gb300")},
     "moe_mixtral_gb200": ("validate_moe", "nemo2504_mixtral_8x7b_gb200_64gpu_fp8"),
     "moe_a2a_overlap": ("validate_moe", "mz_qwen3_235b_h100_deepep_tp2_ep32_pp8_a2a_overlap"),
     "lc_llama3_128k": ("validate_long_context", "llama3_herd_405b_128k_16384gpu"),
