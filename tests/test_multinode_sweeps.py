@@ -56,26 +56,16 @@ def tolerance(row):
     return 0.15 if int(row["message_bytes"]) >= 64 * MIB else 0.30
 
 
-EFA_MID = ("EFA below 256 MiB: 1.2-2.9x slower than the model's Simple ring, tree or NVLSTree; "
-           "p4d/p4de's tree (which NCCL runs there, see TREE_TRAFFIC) has 750-1050 us over its "
-           "large-message rate from 16 MiB on, where the model's tree has 200-400 us. EFA's "
+EFA_MID = ("EFA below 256 MiB (p4d/p4de's two-node tree below 512 MiB): 1.2-2.9x slower than "
+           "the model's Simple ring, tree or NVLSTree; p4d/p4de's tree, which NCCL and the model "
+           "run there (tree_plan.py), has 750-1050 us over its large-message rate from 16 MiB "
+           "on, where the model's tree has 200-400 us. EFA's "
            "per-message cost (SRD, libfabric's send/recv or RDMA-write protocol under "
            "aws-ofi-nccl, the GDR flush on p4d) is not published as a number. aws-ofi-nccl "
            "reports a 75 us network latency to NCCL (platform-aws.c), which NCCL's tuner adds to "
            "every network hop and again for Simple (tuning.cc, latencyInter): a tuning input, "
            "not a measurement (as a cost it would make two-node all-reduces take 300 us more, "
            "where p5 takes 123 us in all at 1 MiB)")
-TREE_TRAFFIC = ("73-78 GB/s from 128 MiB needs the two-node tree's halved traffic, which the "
-                "model costs (tree_plan.py; forced, within 9-14% from 512 MiB). NCCL's own tuner "
-                "picks it: on two nodes it rates a tree by its graph's intra-node bandwidth "
-                "(tuning.cc: bw = nNodes <= 2 ? bwIntra : bwInter), which its search raises up "
-                "to twice the network's as far as NVLink carries it (search.cc); aws-ofi-nccl "
-                "1.13.2 has no tuner for p4d (its tuners cover p5, p5e, p5en). The model keeps "
-                "the 0.46 rating because the same rule would run the tree on two NDm A100 v4 "
-                "nodes (8x 200 Gb/s), where nccl-tests measured a ring-limited 184-188 GB/s "
-                "(collectives_dev.csv) against the physical tree's 258: how far the search "
-                "raises bwIntra there (its speed steps against NVLink's 240 GB/s in NCCL's "
-                "topology) decides it, and is not modelled")
 LL128_OFF = ("157-178 us (and 93 us on the same nodes' 1-2 MiB default runs) is the Simple "
              "protocol's latency (the model's Simple ring: 142-180 us), not LL128's (63-127 us), "
              "which NCCL's tuner and the model pick: consistent with LL128 being off across this "
@@ -102,8 +92,8 @@ MISSED = {  # run -> sizes in MiB the model misses, and why
         "NCCL 2.7.8 on EFA (2021): 28.7 GB/s at 1 GiB where the same instance reached 42.5 GB/s "
         "in 2022; the whole sweep is 1.6-2.7x slower than the model: that stack is not modelled")),
     "efa-p4d-eks-2022": ((1, 2, 4, 8, 16, 32, 64, 128, 256), EFA_MID),
-    "efa-p4d-dlami-live": (((1, 2, 4, 8, 16), EFA_MID), ((64, 128, 256, 512, 1024), TREE_TRAFFIC)),
-    "efa-p4de-awsome-2024": (((1, 2, 4, 8), EFA_MID), ((128, 256, 512, 1024, 2048), TREE_TRAFFIC)),
+    "efa-p4d-dlami-live": ((1, 2, 4, 8, 16, 32, 64, 128, 256), EFA_MID),
+    "efa-p4de-awsome-2024": ((1, 2, 4, 8, 16, 32, 64, 128, 256), EFA_MID),
     "efa-p5-awsome-2024": ((1, 2, 4, 16, 32, 64, 128, 256), EFA_MID),
     "ib-gj-aion-2n-ring": ((1, 2, 4, 8), LL128_OFF),
     "ib-gj-aion-2n": ((1, 2), LL128_OFF),

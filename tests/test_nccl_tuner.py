@@ -14,7 +14,7 @@ from clustersim.simulator.cost.chunk_pipeline import (
 from clustersim.simulator.cost.collectives import Algorithm, Plan, Protocol
 from clustersim.simulator.cost.nccl_tuner import network_hops, predicted_s, tree_correction
 from clustersim.simulator.cost.network import NetworkModel
-from clustersim.simulator.cost.tree_plan import tree_plan
+from clustersim.simulator.cost.tree_plan import tree_plan, two_node_tree_bus_bandwidth
 from clustersim.workloads.trace import CollectiveKind
 
 MIB, GIB = 2**20, 2**30
@@ -74,12 +74,13 @@ def test_the_tuner_adds_the_ring_plateau_and_leaves_out_the_fill():
         80e-6 + 1e-3 / 0.9)
 
 
-def test_two_nodes_tree_is_costed_at_half_a_rings_bytes_but_rated_as_nccl_rates_it(catalog):
-    """The two-node tree's real traffic (each node sends the buffer once) makes it faster than
-    the ring at 1 GiB, but the model rates it as NCCL's tuner does from three nodes, at 0.46 of
-    the bus bandwidth against the ring's 16/30, and runs the ring: nccl-tests on two NDm A100 v4
-    nodes measured a ring-limited 184-188 GB/s (collectives_dev.csv). NCCL's search may raise a
-    two-node tree's bwIntra up to twice the network's (tree_plan.py); that is not modelled."""
+def test_two_nodes_tree_is_costed_at_half_a_rings_bytes_and_rated_as_nccl_rates_it(catalog):
+    """On two NDm A100 v4-like nodes (8 x 200 Gb/s) the tree's real traffic (each node sends the
+    buffer once) makes it faster than the ring at 1 GiB. NCCL's tuner rates it by the graph's
+    raised bwIntra: twice the network's, at most NVLink's 12 x 20 GB/s, times 0.92, capped at
+    8 channels x 23.6 GB/s (tuning.cc, search.cc, topo.h): 188.8 GB/s of bus bandwidth, half of
+    it algorithm bandwidth, below the ring's 16/30 of 184: it runs the ring, as nccl-tests
+    measured there (184-188 GB/s, collectives_dev.csv)."""
     cluster = catalog.cluster(device="a100-80gb", num_devices=16)
     net = NetworkModel(cluster)
     group = (tuple(range(16)),)
@@ -89,12 +90,28 @@ def test_two_nodes_tree_is_costed_at_half_a_rings_bytes_but_rated_as_nccl_rates_
         Algorithm.TREE, Protocol.SIMPLE)), CollectiveKind.ALL_REDUCE, 1.0 * GIB, group)
     sent = {link: b for link, b in tree.loads if link[0] is LinkKind.NIC_TX}
     assert all(b == pytest.approx(GIB / 8) for b in sent.values()) and len(sent) == 16
-    ring_s = max(ring.intra_s, net.planner.network_s(ring))
-    assert tree.rated_s == pytest.approx(ring_s * (16 / 30) / 0.46)
+    assert tree.rated_s == pytest.approx(GIB / (0.5 * 8 * 23.6e9))
     assert tree.time(net.topology) < ring.time(net.topology)
     assert measure(cluster, "all_reduce", 16, 1.0 * GIB).algorithm == "ring"
     forced = measure(cluster, "all_reduce", 16, 1.0 * GIB, Algorithm.TREE)
     assert forced.time_s == pytest.approx(tree.time(net.topology))
+
+
+def test_on_two_p4d_nccl_rates_the_tree_by_twice_the_network_and_runs_it(catalog):
+    """Four 100 Gb/s EFA NICs, NVLink at 240 GB/s: the raised graph is twice the ring's network
+    bandwidth (4 x 12.5 x 0.92 = 46 GB/s), 0.92 of it under the cap of 4 x 23.6; the tree is
+    rated 0.92 of the ring's bus bandwidth against the ring's 16/30, and runs from 1 MiB to
+    1 GiB (NCCL 2.23.4 on p4d reaches 73-78 GB/s from 512 MiB, beyond the ring's 46)."""
+    cluster = catalog.cluster(device="a100-40gb", num_devices=16, node="aws-p4d-24xlarge")
+    net = NetworkModel(cluster)
+    group = (tuple(range(16)),)
+    plans = net.planner.plans(CollectiveKind.ALL_REDUCE, 1.0 * GIB, group)
+    ring = next(p for p in plans if p.algorithm is Algorithm.RING)
+    assert two_node_tree_bus_bandwidth(net.planner, ring, 30 / 16 * GIB) == pytest.approx(
+        0.92 * 2 * 30 / 16 * GIB / net.planner.network_s(ring))
+    for size in (MIB, 64 * MIB, GIB):
+        assert measure(cluster, "all_reduce", 16, size).algorithm == "tree"
+    assert measure(cluster, "all_reduce", 16, GIB).busbw_gbps > 2 * 46 * 0.9
 
 
 def test_from_three_nodes_a_tree_carries_a_rings_bytes(catalog):

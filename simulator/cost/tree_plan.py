@@ -12,10 +12,16 @@
   that rating in ``Plan.rated_s`` for the chooser (``nccl_tuner.py``) while its loads are the
   physical ones. On two nodes NCCL takes the graph's intra-node bandwidth (``bw = nNodes <= 2 ?
   bwIntra : bwInter``), which its search raises for trees up to twice the network's as far as
-  NVLink carries it (``search.cc``): so it runs the tree on two p4d, whose NVLink carries five
-  times its network. The model does not raise it: on two NDm A100 v4 nodes (8 x 200 Gb/s) the
-  same rule would run a tree the model costs at 258 GB/s, where nccl-tests measured a
-  ring-limited 184-188 (``collectives_dev.csv``); the search's outcome there is not modelled.
+  the GPU's NVLinks carry the graph's channels (``search.cc``: "increase bwIntra for trees (2
+  nodes or collnet)"; NVLink at 20 GB/s a link on A100, 20.6 on H100, 40.1 on B200, ``topo.h``),
+  and caps the tree at a bandwidth per channel (``perChMaxTreeBws``, two-node column; LL128 also
+  ``perChMaxTreeLL128Bws``), with one channel per NIC. On two p4d (4 x 100 Gb/s, NVLink carrying
+  five times the network) the tree is rated 0.92 of the ring's bus bandwidth against the ring's
+  16/30 and NCCL runs it (aws-ofi-nccl 1.13.2 has no tuner for p4d); on two NDm A100 v4 nodes
+  (8 x 200 Gb/s) NVLink allows 1.3x and the cap, 8 x 23.6 GB/s, leaves the tree below the ring,
+  which nccl-tests measured there (184-188 GB/s, ``collectives_dev.csv``). From three nodes the
+  model keeps the 0.46 of the ring's rating (the cap there depends on channel counts it does
+  not model).
 - The chunk pipeline's fill (``chunk_pipeline.py``).
 """
 
@@ -25,13 +31,31 @@ from clustersim.simulator.cost.chunk_pipeline import (
     pipeline_fill_s, tree_chunk_bytes, tree_stages,
 )
 from clustersim.simulator.cost.collectives import (
-    COLL_CHANNELS, Algorithm, CollectivePlanner, Plan, bus_factor, nccl_channels,
+    ARCH_OF_SCALE_UP, COLL_CHANNELS, Algorithm, CollectivePlanner, Plan, Protocol, bus_factor,
+    nccl_channels,
 )
 from clustersim.workloads.trace import CollectiveKind
 
 TREE_BUS_FRACTION = 0.92
 TREE_ALGBW_RATIO = 0.5
 """tuning.cc: a tree all-reduce's bus bandwidth x 0.92, its algorithm bandwidth half of that."""
+TWO_NODE_INTRA_RAISE = 2.0
+"""search.cc: a tree graph's bwIntra is raised while below twice its bwInter."""
+NCCL_NVLINK_GBPS = {"nvlink2": 6 * 20.0, "nvlink3": 12 * 20.0, "nvlink4": 18 * 20.6,
+                    "nvlink5": 18 * 40.1}
+"""A GPU's NVLinks as NCCL's topology counts them (``topo.h``: SM70/SM80 20, SM90 20.6, SM100
+40.1 GB/s a link; V100 6 links, A100 12, H100 and B200 18), GB/s."""
+TWO_NODE_TREE_CHANNEL_GBPS = {
+    "volta": {Protocol.SIMPLE: 18.5, Protocol.LL128: 18.5},
+    "ampere": {Protocol.SIMPLE: 23.6, Protocol.LL128: 20.0},
+    "hopper": {Protocol.SIMPLE: 41.4, Protocol.LL128: 36.7},
+    "blackwell": {Protocol.SIMPLE: 42.8, Protocol.LL128: 31.67},
+}
+"""tuning.cc ``perChMaxTreeBws`` (and, for LL128, the lower of it and ``perChMaxTreeLL128Bws``),
+the two-node (N2) column, GB/s per channel (2.23.4; Blackwell's from 2.28); LL is capped by
+NCCL's LL bandwidth instead."""
+MAX_CHANNELS = 32
+"""NCCL's MAXCHANNELS."""
 
 
 def tree_plan(planner: CollectivePlanner, plan: Plan, kind: CollectiveKind, nbytes: float,
@@ -49,6 +73,9 @@ def tree_plan(planner: CollectivePlanner, plan: Plan, kind: CollectiveKind, nbyt
     ring_s = max(plan.intra_s, planner.network_s(plan))
     rated = ring_s / ring_bytes / (TREE_BUS_FRACTION * TREE_ALGBW_RATIO)
     if len(members) == 2:
+        two_node = two_node_tree_bus_bandwidth(planner, plan, ring_bytes * nbytes)
+        if two_node is not None:
+            rated = nbytes / (TREE_ALGBW_RATIO * two_node)
         plan = Plan(plan.algorithm, plan.protocol, plan.latency_s, plan.intra_s,
                     tuple((link, b / ring_bytes) for link, b in plan.loads))
     generation = planner.cluster.device.scale_up_generation
@@ -57,3 +84,20 @@ def tree_plan(planner: CollectivePlanner, plan: Plan, kind: CollectiveKind, nbyt
     fill = pipeline_fill_s(tree_stages(len(members)), channels * chunk, nbytes,
                            max(plan.intra_s, planner.network_s(plan)))
     return plan.with_fill(fill).rated(rated)
+
+
+def two_node_tree_bus_bandwidth(planner: CollectivePlanner, plan: Plan,
+                                ring_volume: float) -> float | None:
+    """NCCL's bus bandwidth of a two-node tree (bytes/s): 0.92 of the graph's bandwidth raised
+    to twice the ring's network bandwidth, at most the GPU's NVLinks, capped per channel with
+    one channel per NIC; None where NCCL's tables have no entry (no NVLink generation they
+    know, or LL)."""
+    generation = planner.cluster.device.scale_up_generation
+    arch = ARCH_OF_SCALE_UP.get(generation)
+    caps = TWO_NODE_TREE_CHANNEL_GBPS.get(arch, {})
+    network_s = planner.network_s(plan)
+    if generation not in NCCL_NVLINK_GBPS or plan.protocol not in caps or network_s <= 0:
+        return None
+    graph = min(TWO_NODE_INTRA_RAISE * ring_volume / network_s, NCCL_NVLINK_GBPS[generation] * 1e9)
+    channels = min(planner.cluster.node.nic_count, MAX_CHANNELS)
+    return min(TREE_BUS_FRACTION * graph, channels * caps[plan.protocol] * 1e9)
