@@ -78,13 +78,14 @@ class StepSimulation:
                  compute: ComputeCost | None = None, network: NetworkCost | None = None,
                  memory: MemoryCost | None = None, *, env: simpy.Environment | None = None,
                  flows: FlowNetwork | None = None, devices: Sequence[int] | None = None,
-                 lanes: bool = True):
+                 lanes: bool = True, fold: bool = True):
         """``compute``, ``network`` and ``memory`` replace the default cost models (tests,
         calibration). ``env``, ``flows`` and ``devices`` let several jobs share one SimPy
         environment and one flow network (``simulator/shared_fabric.py``): ``devices[d]`` is
         the fabric's device that runs the job's device ``d`` (``cluster.device_of(rank)``).
         ``lanes=False`` expands into one class per rank, the slow reference that the lane
-        engine is checked against."""
+        engine is checked against; ``fold=False`` runs every op as SimPy events, the reference
+        that the folded replay is checked against (it always does with interference)."""
         self.trace, self.cluster, self.options, self.faults = trace, cluster, options, faults
         self.computes = tuple(compute or ComputeModel(g.device) for g in cluster.device_groups)
         """One compute model per device group (one on a homogeneous cluster)."""
@@ -100,6 +101,7 @@ class StepSimulation:
         self.interference = Interference.of(cluster.device,
                                             comm=options.comm_slowdown_when_overlapped,
                                             compute=options.compute_slowdown_when_overlapped)
+        self.fold = fold and not self.interference.any
         self.env = env if env is not None else simpy.Environment()
         self.flows = ((flows if flows is not None
                        else FlowNetwork(self.env, self.network.topology.capacity))
@@ -194,11 +196,13 @@ class StepSimulation:
             self._advance(st, runs)
         self.processes = [self.env.process(self._step_end())]
 
-    def _advance(self, st: ClassState, work: list[StreamRun]) -> None:
+    def _advance(self, st: ClassState, work: list[StreamRun],
+                 keep: StreamRun | None = None) -> tuple[Op, float] | None:
         """Resolve every op of ``work``'s streams whose deps' ends are known, until each stream
-        waits on an unknown end or on an op that runs in the environment."""
+        waits on an unknown end or on an op that runs in the environment: a process each, but
+        ``keep``'s, which is returned (with its ready time) for the caller's process to run."""
         finish, arrive, blocked, fixed_s = st.finish, st.arrive, st.blocked, self._fixed_s
-        resolved = 0
+        resolved, kept = 0, None
         while work:
             run = work.pop()
             ops, i, end = run.ops, run.next, run.end
@@ -220,7 +224,10 @@ class StepSimulation:
                 arrive[op_id] = ready
                 duration = fixed_s(st, op)
                 if duration is None:
-                    self.env.process(self._shared(st, run, op, ready))
+                    if run is keep:
+                        kept = op, ready
+                    else:
+                        self.env.process(self._shared(st, run, op, ready))
                     break
                 finish[op_id] = end = ready + duration
                 i += 1
@@ -233,6 +240,7 @@ class StepSimulation:
         self._left -= resolved
         if not self._left and not self._resolved.triggered:
             self._resolved.succeed()
+        return kept
 
     def _fixed_s(self, st: ClassState, op: Op) -> float | None:
         """The duration of an op that shares nothing; None for one that must run in the
@@ -269,21 +277,25 @@ class StepSimulation:
         return self._plan_time(plan) + hit[1]
 
     def _shared(self, st: ClassState, run: StreamRun, op: Op, ready: float):
-        """Run ``op`` in the environment from ``ready``, then resolve what waited for it."""
+        """Run ``op`` in the environment from ``ready``, resolve what waited for it, and go on
+        with its stream's next op while that one runs in the environment too."""
         env = self.env
-        if ready > env.now:
-            yield env.timeout(self._delay_to(ready))
-        if isinstance(op, CollectiveOp):
-            yield from self._collective(st, op)
-        else:
-            yield from self._p2p(st, op)
-        now = env.now
-        st.finish[op.id] = run.end = now
-        run.next += 1
-        self._left -= 1
-        work = st.blocked.pop(op.id, [])
-        work.append(run)
-        self._advance(st, work)
+        while True:
+            if ready > env.now:
+                yield env.timeout(self._delay_to(ready))
+            if isinstance(op, CollectiveOp):
+                yield from self._collective(st, op)
+            else:
+                yield from self._p2p(st, op)
+            st.finish[op.id] = run.end = env.now
+            run.next += 1
+            self._left -= 1
+            work = st.blocked.pop(op.id, [])
+            work.append(run)
+            following = self._advance(st, work, keep=run)
+            if following is None:
+                return
+            op, ready = following
 
     def _delay_to(self, t: float) -> float:
         """The delay whose timeout fires at exactly ``t`` (``now + (t - now)`` may round)."""
@@ -497,10 +509,10 @@ class StepSimulation:
         """Create the step's processes in the environment (a shared one runs them later)."""
         if self.lanes is not None:
             self.lanes.start()
-        elif self.interference.any:
-            self._start_processes()
-        else:
+        elif self.fold:
             self._start_folded()
+        else:
+            self._start_processes()
 
     def finished(self, events: int, wall_time_s: float) -> Replay:
         """The records once the environment has run out of events; a deadlock is an error."""
