@@ -12,12 +12,12 @@ from clustersim.workloads.training import Fp8Recipe, training_from_mapping
 LLAMA3_70B = PRESETS["llama3-70b"]
 
 
-def ops(recipe="delayed", zero=1, param_gather=False, global_batch=64):
+def ops(recipe="delayed", zero=1, param_gather=False, global_batch=64, sequence_parallel=False):
     training = training_from_mapping({"seq_len": 8192, "global_batch": global_batch,
                                       "precision": "fp8", "fp8_recipe": recipe,
                                       "fp8_param_gather": param_gather})
     return LayerOps(LLAMA3_70B, training, Strategy(tp=4, pp=1, dp=2, zero=zero,
-                                                   sequence_parallel=True))
+                                                   sequence_parallel=sequence_parallel))
 
 
 def by_name(kernels):
@@ -72,6 +72,42 @@ def test_backward_quantizes_each_output_gradient_once_before_its_dgrad():
     grad = by_name(bwd)["fc2.fp8_quantize_grad"]
     assert grad.op_class is OpClass.ELEMENTWISE
     assert grad.bytes == pytest.approx(fc2.m * fc2.n * 6.0)
+
+
+def cast_bytes_per_element(layer, name):
+    """A cast kernel's traffic per element of the activation or gradient it quantizes (the
+    weights' share, cast once per step, taken out)."""
+    kernels = by_name(layer.forward().attention + layer.forward().mlp
+                      + layer.backward().attention + layer.backward().mlp)
+    gemm = kernels[name.split(".")[0]]
+    cast = kernels[name]
+    if name.endswith("_grad"):
+        return cast.bytes / (gemm.m * gemm.n)
+    return (cast.bytes - gemm.k * gemm.n * layer.fp8.weight_bytes_per_element()) / (gemm.m * gemm.k)
+
+
+@pytest.mark.parametrize("recipe, inputs, grads, local", [
+    # amax 2 + cast 2 + row-wise copy 1 on the 1/4 shard, then a 1 + 1 byte transpose of the
+    # gathered FP8 tensor; operands TP does not gather keep their 6-byte cast-transpose.
+    ("tensorwise", (6 - 1) / 4 + 2, (6 - 1) / 4 + 2, 6.0),
+    # the norm writes FP8 on its shard (1 byte less than BF16); gradients cast-transpose
+    # (2 + 1 + 1) on the shard without their column copy; the gathered tensors are transposed
+    ("delayed", -1 / 4 + 2, (4 - 1) / 4 + 2, 4.0),
+    # MXFP8 quantizes both scaled copies on the shard (the norm writes them itself) and
+    # gathers each: no transpose after the gather
+    ("mxfp8", (1 + 2 / 32) / 4, (4 + 2 / 32) / 4, 4 + 2 / 32),
+])
+def test_sequence_parallel_quantizes_the_local_shard_before_the_fp8_all_gather(
+        recipe, inputs, grads, local):
+    layer = ops(recipe, sequence_parallel=True)
+    expected = {"qkv.fp8_quantize": inputs, "fc1.fp8_quantize": inputs,
+                "attn_proj.fp8_quantize_grad": grads, "fc2.fp8_quantize_grad": grads,
+                "attn_proj.fp8_quantize": local, "fc2.fp8_quantize": local,
+                "qkv.fp8_quantize_grad": local, "fc1.fp8_quantize_grad": local}
+    for name, bytes_per_element in expected.items():
+        assert cast_bytes_per_element(layer, name) == pytest.approx(bytes_per_element), name
+    plain = ops(recipe, sequence_parallel=False)
+    assert cast_bytes_per_element(plain, "fc2.fp8_quantize_grad") == pytest.approx(local)
 
 
 def test_current_scaling_overhead_matches_transformer_engines_h200_benchmark():

@@ -18,6 +18,15 @@ GEMM operand is quantized from BF16 by a memory-bound kernel:
 - Current (tensor-wise) scaling reads each tensor once more for its amax before casting
   (2 bytes per element) and cannot fuse the cast into the norm; MXFP8 adds one scale byte
   per 32 elements to each of the two copies.
+- Under sequence parallelism an operand that TP all-gathers (the norm output feeding the QKV
+  and fc1 GEMMs; in backward the output gradient of the attention projection and fc2, the
+  row-parallel layers) is quantised on the device's own sequence shard and gathered in FP8.
+  Per-tensor FP8 gathers only the row-wise copy (Transformer Engine's ``Float8Quantizer`` and
+  ``Float8CurrentScalingQuantizer``: ``supports_only_rowwise_all_gather``): the amax and the
+  cast run on 1/tp of the elements and the weight gradient's transposed copy is made from the
+  gathered FP8 tensor (``update_usage(columnwise_usage=True)``, 1 + 1 bytes per gathered
+  element); MXFP8 quantises both copies on the shard and gathers each (TE
+  ``layernorm_linear.py`` forward and ``grad_output_preprocess`` in ``module/base.py``).
 
 NVFP4 (``precision: nvfp4``; TE ``NVFP4BlockScaling``, NVIDIA arXiv 2509.25149 sec. 4 and TE's
 NVFP4 documentation) quantises the same operands of the same GEMMs (fprop, dgrad and wgrad all
@@ -65,6 +74,12 @@ NVFP4_TRANSPOSE_BYTES = 2 * Dtype.NVFP4.bytes
 """Read and write an NVFP4 weight element with its scales (16 x 16 blocks transpose as they are)."""
 NORM_FED = frozenset(("qkv", "fc1"))
 """GEMMs whose input comes straight from a norm, where delayed scaling fuses the cast."""
+SEQUENCE_GATHERED_INPUTS = NORM_FED
+"""Column-parallel GEMMs whose input sequence parallelism all-gathers over TP."""
+SEQUENCE_GATHERED_GRADS = frozenset(("attn_proj", "fc2"))
+"""Row-parallel GEMMs whose output gradient sequence parallelism all-gathers in backward."""
+COLUMN_COPY_BYTES = 1.0
+"""The transposed FP8 copy a cast-transpose kernel writes (1 byte per element)."""
 
 
 class Fp8Casts:
@@ -77,6 +92,7 @@ class Fp8Casts:
         self.micro = max(1, micro_batches(training, strategy))
         self.zero3 = strategy.zero >= 3
         self.shard = strategy.dp * strategy.cp
+        self.sequence_split = strategy.sequence_split
 
     def _per_element(self, fused: bool = False) -> float:
         if self.nvfp4:
@@ -104,8 +120,10 @@ class Fp8Casts:
             if _is_quantized_gemm(k):
                 inputs = k.batch * k.m * k.k
                 weights = k.batch * k.k * k.n
-                traffic = (inputs * self._per_element(fused=self._fusable(k))
-                           + weights * self.weight_bytes_per_element())
+                per_input = self._per_element(fused=self._fusable(k))
+                if k.name in SEQUENCE_GATHERED_INPUTS:
+                    per_input = self._gathered(per_input, fused=self._fusable(k))
+                traffic = inputs * per_input + weights * self.weight_bytes_per_element()
                 out.append(Kernel(f"{k.name}.fp8_quantize", OpClass.ELEMENTWISE, 0.0, traffic))
             out.append(k)
         return tuple(out)
@@ -117,10 +135,28 @@ class Fp8Casts:
         for k in kernels:
             if _is_quantized_gemm(k) and k.name.endswith(".dgrad"):
                 grads = k.batch * k.m * k.k      # dgrad: dY[m, n_fwd] is its m x k operand
-                out.append(Kernel(f"{k.name[:-6]}.fp8_quantize_grad", OpClass.ELEMENTWISE, 0.0,
-                                  grads * self._per_element()))
+                layer = k.name[:-6]
+                per_grad = self._per_element()
+                if layer in SEQUENCE_GATHERED_GRADS:
+                    per_grad = self._gathered(per_grad, fused=False)
+                out.append(Kernel(f"{layer}.fp8_quantize_grad", OpClass.ELEMENTWISE, 0.0,
+                                  grads * per_grad))
             out.append(k)
         return tuple(out)
+
+    def _gathered(self, per_element: float, fused: bool) -> float:
+        """Cast traffic per gathered element of an operand that sequence parallelism
+        all-gathers over TP (see the module docstring): unchanged without sequence parallelism
+        and for NVFP4, whose gather this model does not follow."""
+        split = self.sequence_split
+        if split == 1 or self.nvfp4:
+            return per_element
+        if self.recipe is Fp8Recipe.MXFP8:
+            return per_element / split
+        # The fused norm's copy is a separate 1 + 1 byte transpose; a cast-transpose writes
+        # its transposed copy in the same pass (1 byte). Either is made after the gather.
+        column = TRANSPOSE_BYTES if fused else COLUMN_COPY_BYTES
+        return (per_element - column) / split + TRANSPOSE_BYTES
 
     def _fusable(self, k: Kernel) -> bool:
         return (not self.nvfp4 and self.recipe is not Fp8Recipe.TENSORWISE
