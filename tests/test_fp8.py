@@ -110,6 +110,15 @@ def test_sequence_parallel_quantizes_the_local_shard_before_the_fp8_all_gather(
     assert cast_bytes_per_element(plain, "fc2.fp8_quantize_grad") == pytest.approx(local)
 
 
+def test_torchao_float8_keeps_its_casts_on_the_gathered_tensor():
+    """The shard-then-gather placement is Transformer Engine's; torchao's float8
+    (``fp8_saved_inputs: false``) is left casting the gathered tensor."""
+    training = training_from_mapping({"seq_len": 8192, "global_batch": 64, "precision": "fp8",
+                                      "fp8_recipe": "tensorwise", "fp8_saved_inputs": False})
+    layer = LayerOps(LLAMA3_70B, training, Strategy(tp=4, pp=1, dp=2, sequence_parallel=True))
+    assert cast_bytes_per_element(layer, "qkv.fp8_quantize") == pytest.approx(6.0)
+
+
 def test_current_scaling_overhead_matches_transformer_engines_h200_benchmark():
     """TE's GEMM profiling guide (docs/examples/gemm_profiling), H200 NVL, 5B config
     (hidden 4096, ffn 16384, M = 31 x 512 tokens): FP8 CurrentScaling per layer 20.285 ms in

@@ -92,7 +92,10 @@ class Fp8Casts:
         self.micro = max(1, micro_batches(training, strategy))
         self.zero3 = strategy.zero >= 3
         self.shard = strategy.dp * strategy.cp
-        self.sequence_split = strategy.sequence_split
+        self.sequence_split = strategy.sequence_split if training.fp8_saved_inputs else 1
+        """Transformer Engine's shard-then-gather placement (see the module docstring);
+        torchao's float8 (``fp8_saved_inputs: false``) keeps its casts on the gathered tensor,
+        its own placement not having been checked against its source."""
 
     def _per_element(self, fused: bool = False) -> float:
         if self.nvfp4:

@@ -38,7 +38,7 @@ from clustersim.workloads.model import LocalAttention, Mlp, Position, Transforme
 from clustersim.workloads.routing import expert_load
 from clustersim.workloads.shards import vocab_rows
 from clustersim.workloads.strategy import Recompute, RecomputeModule, Strategy
-from clustersim.workloads.training import AttentionKernel, TrainingSpec
+from clustersim.workloads.training import AttentionKernel, CrossEntropy, TrainingSpec
 
 
 class Pass(enum.Enum):
@@ -283,20 +283,28 @@ class LayerOps:
         return (_elementwise("embedding.bwd", self.tokens * m.hidden, 2, self.elem),
                 _elementwise("embedding.grad_table", table, 1, 4.0))
 
+    def _loss_bytes(self) -> float:
+        """Bytes per logit element of one pass of the loss (``CrossEntropy``): FP32 for
+        Megatron-Core's and torchtitan's losses, the 16-bit logits for TE's fused kernel."""
+        return self.elem if self.training.cross_entropy is CrossEntropy.TE else 4.0
+
     def head_forward(self) -> tuple[Kernel, ...]:
         m, s = self.model, self.strategy
         vocab = vocab_rows(m, s)
         return (
             _elementwise("final_norm", self.norm_tokens * m.hidden, 2, self.elem),
             _gemm("lm_head", self.tokens, vocab, m.hidden, self.elem, self.dtype),
-            # Cross-entropy in FP32: cast logits, softmax (read, write), loss.
-            _elementwise("cross_entropy", self.tokens * vocab, 3, 4.0, OpClass.TRANSCENDENTAL),
+            # Three passes over the logits: FP32 cast, softmax (read, write) and loss; TE's
+            # fused loss reads them twice and writes the gradient in place.
+            _elementwise("cross_entropy", self.tokens * vocab, 3, self._loss_bytes(),
+                         OpClass.TRANSCENDENTAL),
         )
 
     def head_backward(self) -> tuple[Kernel, ...]:
         m, s = self.model, self.strategy
         vocab = vocab_rows(m, s)
-        ce = _elementwise("cross_entropy.bwd", self.tokens * vocab, 2, 4.0, OpClass.TRANSCENDENTAL)
+        ce = _elementwise("cross_entropy.bwd", self.tokens * vocab, 2, self._loss_bytes(),
+                          OpClass.TRANSCENDENTAL)
         return (ce,) + _backward_of(self.head_forward()[1:2], self.elem) + (
             _elementwise("final_norm.bwd", self.norm_tokens * m.hidden, 4, self.elem),)
 

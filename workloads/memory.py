@@ -350,11 +350,15 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
                        offloaded_bytes=offloaded)
 
 
+KEPT_LOSS_BYTES = {CrossEntropy.FUSED: 4.0, CrossEntropy.TE: 2.0}
+"""Bytes per logit a fused loss keeps from forward to backward (``CrossEntropy``)."""
+
+
 def loss_peak_bytes(model: TransformerSpec, training: TrainingSpec, strategy: Strategy) -> float:
-    """The loss's own peak, one micro-batch (``CrossEntropy``): 0 for the fused kernel, whose
-    FP32 softmax is counted as a kept activation; 12 bytes per logit on this device for
+    """The loss's own peak, one micro-batch (``CrossEntropy``): 0 for the fused kernels, whose
+    kept gradient is counted as an activation; 12 bytes per logit on this device for
     torchtitan's eager FP32 cross-entropy, 16 under TP's ``loss_parallel``."""
-    if training.cross_entropy is CrossEntropy.FUSED:
+    if training.cross_entropy in KEPT_LOSS_BYTES:
         return 0.0
     logits = _sbh(model, training, strategy) / model.hidden * vocab_rows(model, strategy)
     return logits * (16.0 if strategy.tp > 1 else 12.0)
@@ -365,10 +369,11 @@ def _head_bytes(model: TransformerSpec, training: TrainingSpec, strategy: Strate
     """(kept activations, loss peak) of the head and its MTP modules, one micro-batch."""
     st, e = strategy, training.precision.activation_bytes
     sbh = _sbh(model, training, st)
-    # Final-norm input, LM-head input, and (fused loss) FP32 logits kept for its gradient.
-    fused = training.cross_entropy is CrossEntropy.FUSED
+    # Final-norm input, LM-head input, and (fused losses) the logits' gradient kept for the
+    # backward: Megatron-Core's FP32 softmax, TE's gradient in the 16-bit logits.
+    kept_loss = KEPT_LOSS_BYTES.get(training.cross_entropy, 0.0)
     head = (e * sbh / st.sequence_split + e * sbh
-            + (4.0 * sbh / model.hidden * vocab_rows(model, st) if fused else 0.0))
+            + kept_loss * sbh / model.hidden * vocab_rows(model, st))
     # Each MTP module keeps a layer like the last one (never recomputed here), its input
     # projection's input (2h) and its own pass through the head.
     kept = replace(st, recompute=Recompute.NONE)

@@ -77,6 +77,13 @@ class CrossEntropy(enum.Enum):
     FUSED = "fused"
     """Megatron-Core's vocabulary-parallel cross-entropy: one FP32 copy of the logits, turned
     into the softmax in place and kept for the backward (4 bytes per logit)."""
+    TE = "te"
+    """Transformer Engine's fused parallel cross-entropy (``cross_entropy_fusion_impl: te``,
+    the Megatron-Bridge performance recipes; TE's Triton kernels, ``pytorch/triton/
+    cross_entropy.py`` at v2.8): an online-softmax pass reads the 16-bit logits, a second pass
+    reads them again and writes the gradient in place, kept in the 16-bit logits buffer for the
+    backward (2 bytes per logit), which scales it in place (TE wrote the gradient in FP32 only
+    from July 2026, PR #3193)."""
     EAGER_FP32 = "eager_fp32"
     """torchtitan's ``cross_entropy(logits.float(), labels)`` in eager PyTorch (its loss is not
     compiled, torchtitan 9dec370 ``train.py``): the log-probabilities, the gradient nll_loss's
