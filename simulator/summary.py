@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from clustersim.hardware_specs import ClusterSpec
 from clustersim.simulator.attribution import breakdown
 from clustersim.simulator.metrics import step_metrics
@@ -20,6 +22,12 @@ def drawn(timeline: ClassTimeline) -> tuple[OpRecord, ...]:
                  for r in timeline.records)
 
 
+def critical_position(finish_s: Sequence[float], indices: Sequence[int]) -> int:
+    """Where the critical class is among classes finishing at ``finish_s`` with class indices
+    ``indices``: the one that finishes last, the lower index on a tie."""
+    return max(range(len(finish_s)), key=lambda i: (finish_s[i], -indices[i]))
+
+
 def summarize(replay: Replay, trace: Trace, cluster: ClusterSpec, capacities: tuple[float, ...],
               keep_records: bool = True) -> StepResult:
     """``capacities``: device memory each program may use."""
@@ -29,7 +37,8 @@ def summarize(replay: Replay, trace: Trace, cluster: ClusterSpec, capacities: tu
         summaries.append(ClassSummary(tl.rank_class.index, prog.name, tl.rank_class.multiplicity,
                                       tl.rank_class.representative, tl.finish_s,
                                       breakdown(prog.ops, tl)))
-    critical = max(summaries, key=lambda s: (s.finish_s, -s.index))
+    critical = summaries[critical_position([s.finish_s for s in summaries],
+                                           [s.index for s in summaries])]
     step = critical.finish_s
     m = step_metrics(step, trace, cluster, capacities)
     records = tuple(r for tl in replay.timelines for r in drawn(tl)) if keep_records else ()

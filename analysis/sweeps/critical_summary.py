@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from clustersim.simulator import Breakdown, Replay
 from clustersim.simulator.attribution import breakdown
 from clustersim.simulator.metrics import peak_memory_bytes
+from clustersim.simulator.summary import critical_position
 from clustersim.workloads.trace import Trace
 
 
@@ -39,9 +40,8 @@ class CriticalSummary:
 def critical_summary(replay: Replay, trace: Trace) -> CriticalSummary:
     """``replay`` of ``trace`` summarised: the critical class chosen as the step summary does."""
     timelines = replay.timelines
-    last = max(range(len(timelines)),
-               key=lambda i: (timelines[i].finish_s, -timelines[i].rank_class.index))
-    critical = timelines[last]
+    critical = timelines[critical_position([tl.finish_s for tl in timelines],
+                                           [tl.rank_class.index for tl in timelines])]
     return CriticalSummary(
         classes=tuple((tl.rank_class.index, trace.programs[tl.rank_class.program].name,
                        tl.rank_class.multiplicity, tl.rank_class.representative)

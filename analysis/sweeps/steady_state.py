@@ -33,6 +33,7 @@ from clustersim.hardware_specs import ClusterSpec
 from clustersim.simulator import Breakdown, Replay, SimulationOptions, StepSimulation
 from clustersim.simulator.interference import Interference
 from clustersim.simulator.metrics import step_metrics
+from clustersim.simulator.summary import critical_position
 from clustersim.workloads import Job
 from clustersim.workloads.builder import build_trace
 from clustersim.workloads.layer_ops import Pass
@@ -249,7 +250,7 @@ def extrapolate(plan: Probes, shorter: list[CriticalSummary], totals: Trace,
     finish = [line.at(*(r.finish_s[i] for r in shorter)) for i in range(len(shorter[0].classes))]
     if None in finish:
         return None
-    critical = max(range(len(finish)), key=lambda i: (finish[i], -shorter[0].classes[i][0]))
+    critical = critical_position(finish, [c[0] for c in shorter[0].classes])
     parts = line.breakdown(*(r.breakdown for r in shorter))
     if shorter[0].classes[critical][0] != shorter[0].critical_class or parts is None:
         return None
