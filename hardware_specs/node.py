@@ -91,6 +91,12 @@ class NodeSpec:
     extra latency"; ``tuning.cc``, ``graph->latencyInter`` from ``search.cc``). A tuning input,
     not a cost: NCCL's own InfiniBand and socket transports report 0 ("Not set"); aws-ofi-nccl
     reports 75 us on p4d, p4de, p5 and p5e and 35 us on p5en and p6 (``platform-aws``)."""
+    nccl_buffer_bytes: int = 1 << 22
+    """NCCL's Simple-protocol buffer per connection (``NCCL_BUFFSIZE``; NCCL's default 4 MiB,
+    ``init.cc``), a step being an eighth of it: the chunk of a tree all-reduce and so its
+    pipeline's fill (``chunk_pipeline.py``). aws-ofi-nccl sets 8 MiB on p4d, p4de, p5 and later
+    (``platform-aws.cpp`` platform environment, 1.16 on; "values that we recommend to users to
+    set anyway")."""
     collective_latency_s: float = 0.0
     """Measured per-step latency of a collective inside this node (e.g. gloo over shared
     memory, from calibration); 0 means NCCL's own latency model (``src/graph/tuning.cc``)."""
@@ -137,6 +143,7 @@ def read_node(f: Fields) -> NodeSpec:
         net_post_overhead_s=f.quantity("net_post_overhead", Quantity.TIME, 1e-6),
         net_simple_protocol_only=f.boolean("net_simple_protocol_only", False),
         net_plugin_latency_s=f.quantity("net_plugin_latency", Quantity.TIME, 0.0, positive=False),
+        nccl_buffer_bytes=int(f.quantity("nccl_buffsize", Quantity.BYTES, float(1 << 22))),
         collective_latency_s=f.quantity("collective_latency", Quantity.TIME, 0.0, positive=False),
         measured_comm=read_measured_comm(f.sub("measured_comm")),
         comm_in_training=f.number("comm_in_training", 1.0, minimum=0.5, maximum=4.0),

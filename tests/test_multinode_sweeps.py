@@ -4,6 +4,7 @@ against the network model: bus bandwidth within 15% from 64 MiB and 30% from 1 M
 Rows the model does not meet are strict xfails, each with what is known of the gap."""
 
 import csv
+from dataclasses import replace
 
 import pytest
 
@@ -33,6 +34,12 @@ RUNS = {  # a phrase of the source (and system) -> (run id, catalog node, algori
 }
 
 
+NCCL_DEFAULT_BUFFER = {"efa-p4d-dlami-2021", "efa-p4d-eks-2022", "efa-p4d-dlami-live"}
+"""Runs under aws-ofi-nccl before 1.16 (1.13.2 on the DLAMI page, 2021-2022 releases), which
+left NCCL_BUFFSIZE at NCCL's 4 MiB, and did not set it themselves; the catalog's AWS nodes
+carry the 8 MiB the plugin sets from 1.16 (and the awsome-distributed-training runs set)."""
+
+
 def _run(row):
     return next(v for (source, system), v in RUNS.items()
                 if source in row["source"] and row["system"].startswith(system))
@@ -49,6 +56,8 @@ def _rows():
 def predicted_busbw(catalog, row, node, forced):
     gpus = int(row["gpus"])
     cluster = catalog.cluster(device=catalog.nodes[node].device, num_devices=gpus, node=node)
+    if _run(row)[0] in NCCL_DEFAULT_BUFFER:
+        cluster = replace(cluster, node=replace(cluster.node, nccl_buffer_bytes=4 * MIB))
     return measure(cluster, row["collective"], gpus, float(row["message_bytes"]), forced).busbw_gbps
 
 
@@ -65,7 +74,9 @@ EFA_MID = ("EFA below 256 MiB (p4d/p4de's two-node tree below 512 MiB): 1.2-2.9x
            "reports a 75 us network latency to NCCL (platform-aws.c), which NCCL's tuner adds to "
            "every network hop and again for Simple (tuning.cc, latencyInter): a tuning input, "
            "not a measurement (as a cost it would make two-node all-reduces take 300 us more, "
-           "where p5 takes 123 us in all at 1 MiB)")
+           "where p5 takes 123 us in all at 1 MiB). NCCL_BUFFSIZE (8 MiB on p4de's run, 4 MiB on "
+           "p4d's DLAMI run) sets the tree's chunk and its fill, but both runs have the same "
+           "0.8-1 ms over their large-message rate from 16 MiB: the step size is not that cost")
 LL128_OFF = ("157-178 us (and 93 us on the same nodes' 1-2 MiB default runs) is the Simple "
              "protocol's latency (the model's Simple ring: 142-180 us), not LL128's (63-127 us), "
              "which NCCL's tuner and the model pick: consistent with LL128 being off across this "
@@ -93,7 +104,7 @@ MISSED = {  # run -> sizes in MiB the model misses, and why
         "in 2022; the whole sweep is 1.6-2.7x slower than the model: that stack is not modelled")),
     "efa-p4d-eks-2022": ((1, 2, 4, 8, 16, 32, 64, 128, 256), EFA_MID),
     "efa-p4d-dlami-live": ((1, 2, 4, 8, 16, 32, 64, 128, 256), EFA_MID),
-    "efa-p4de-awsome-2024": ((1, 2, 4, 8, 16, 32, 64, 128, 256), EFA_MID),
+    "efa-p4de-awsome-2024": ((1, 2, 4, 8, 16, 64), EFA_MID),
     "efa-p5-awsome-2024": ((1, 2, 4, 16, 32, 64, 128, 256), EFA_MID),
     "ib-gj-aion-2n-ring": ((1, 2, 4, 8), LL128_OFF),
     "ib-gj-aion-2n": ((1, 2), LL128_OFF),

@@ -27,6 +27,33 @@ def test_steps_are_an_eighth_of_nccls_default_buffers():
     assert step_bytes(Protocol.LL) == 65536
 
 
+def test_nccl_buffsize_sets_the_simple_step_and_the_trees_chunk_only(catalog):
+    # init.cc: NCCL_BUFFSIZE is the Simple protocol's buffer; LL and LL128 have their own
+    assert step_bytes(Protocol.SIMPLE, 8 * MIB) == MIB
+    assert step_bytes(Protocol.LL128, 8 * MIB) == 614400
+    assert tree_chunk_bytes(Protocol.SIMPLE, 64 * MIB, 24, 2, 8, 8 * MIB) == MIB
+    assert tree_chunk_bytes(Protocol.LL, 64 * MIB, 24, 2, 8, 8 * MIB) == 32768
+    # aws-ofi-nccl (platform-aws.cpp) sets NCCL_BUFFSIZE=8388608 on p4d and later; NCCL's
+    # default elsewhere
+    assert catalog.nodes["aws-p4d-24xlarge"].nccl_buffer_bytes == 8 * MIB
+    assert catalog.nodes["aws-p5-48xlarge"].nccl_buffer_bytes == 8 * MIB
+    assert catalog.nodes["dgx-h100"].nccl_buffer_bytes == 4 * MIB
+
+
+def test_a_larger_buffer_fills_the_two_node_tree_one_larger_round(catalog):
+    """Two p4de (4 x 100 Gb/s EFA, the tree with Simple): the fill is one round of every
+    channel's chunk, so doubling the step doubles it; the bandwidth term stays."""
+    cluster = catalog.cluster(device="a100-80gb", num_devices=16, node="aws-p4de-24xlarge")
+    small = dataclasses.replace(cluster, node=dataclasses.replace(cluster.node,
+                                                                  nccl_buffer_bytes=4 * MIB))
+    group = (tuple(range(16)),)
+    big_plan = NetworkModel(cluster).plan(CollectiveKind.ALL_REDUCE, 256 * MIB, group)
+    small_plan = NetworkModel(small).plan(CollectiveKind.ALL_REDUCE, 256 * MIB, group)
+    assert big_plan.algorithm is small_plan.algorithm is Algorithm.TREE
+    assert big_plan.fill_s == pytest.approx(2 * small_plan.fill_s)
+    assert big_plan.intra_s == small_plan.intra_s
+
+
 @pytest.mark.parametrize(("proto", "nbytes", "nodes", "chunk"), [
     (Protocol.SIMPLE, 64 * MIB, 8, 524288),       # one step, never shrunk for the tree
     (Protocol.LL, 64 * MIB, 8, 32768),            # half a step (flags take the other half)

@@ -2,8 +2,8 @@
 
 NCCL moves a collective through its connections in steps of a fixed buffer: each connection
 has ``NCCL_STEPS`` (8) slots of ``buffSize / NCCL_STEPS`` bytes per protocol (``device.h``,
-``init.cc``: Simple 4 MiB, LL128 120 x 640 x 8 x 8 B, LL 8 x 512 x 8 x 16 B). A tree all-reduce
-walks each channel's share of the buffer chunk by chunk (``all_reduce.h``, ``runTreeUpDown``);
+``init.cc``: Simple 4 MiB unless NCCL_BUFFSIZE says otherwise, ``NodeSpec.nccl_buffer_bytes``;
+LL128 120 x 640 x 8 x 8 B, LL 8 x 512 x 8 x 16 B). A tree all-reduce walks each channel's share of the buffer chunk by chunk (``all_reduce.h``, ``runTreeUpDown``);
 the chunk is one step for a tree (``enqueue.cc``, ``calcCollChunking``: chunkSteps = 1 except
 the Simple ring), shrunk for LL128 where the buffer is small against the tree's depth.
 
@@ -41,18 +41,22 @@ LL128_DATA_FRACTION = 15 / 16
 """LL128 lines of 16 eight-byte elements carry 15 of data (NCCL_LL128_DATAELEMS)."""
 
 
-def step_bytes(proto: Protocol) -> int:
-    """One step of a connection's buffer: buffSize / NCCL_STEPS."""
+def step_bytes(proto: Protocol, simple_buffer: int = BUFFER_BYTES[Protocol.SIMPLE]) -> int:
+    """One step of a connection's buffer: buffSize / NCCL_STEPS; ``simple_buffer`` is the
+    Simple protocol's (``NCCL_BUFFSIZE``, ``NodeSpec.nccl_buffer_bytes``), which sets no other
+    protocol's (``init.cc``: NCCL_LL_BUFFSIZE and NCCL_LL128_BUFFSIZE are their own)."""
+    if proto is Protocol.SIMPLE:
+        return simple_buffer // NCCL_STEPS
     return BUFFER_BYTES[proto] // NCCL_STEPS
 
 
 def tree_chunk_bytes(proto: Protocol, nbytes: float, channels: int, nodes: int,
-                     per_node: int) -> int:
+                     per_node: int, simple_buffer: int = BUFFER_BYTES[Protocol.SIMPLE]) -> int:
     """Data bytes of one chunk of a tree all-reduce (``enqueue.cc``, ``calcCollChunking``): one
     step of data (LL: half the step, LL128: 15/16 of it); LL128 halves it while each channel
     holds fewer than ``nsteps x 64 / ppn`` chunks (down to 128 KiB) and ``nsteps x 16 / ppn``
     (down to 32 KiB), with ``nsteps = 1 + log2(nodes) + ppn / 10``."""
-    step = step_bytes(proto)
+    step = step_bytes(proto, simple_buffer)
     if proto is Protocol.LL:
         return step // 2
     if proto is Protocol.SIMPLE:

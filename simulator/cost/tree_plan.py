@@ -80,7 +80,8 @@ def tree_plan(planner: CollectivePlanner, plan: Plan, kind: CollectiveKind, nbyt
                     tuple((link, b / ring_bytes) for link, b in plan.loads))
     generation = planner.cluster.device.scale_up_generation
     channels = nccl_channels(plan.protocol, nbytes, n, COLL_CHANNELS.get(generation, 16))
-    chunk = tree_chunk_bytes(plan.protocol, nbytes, channels, len(members), per_node)
+    chunk = tree_chunk_bytes(plan.protocol, nbytes, channels, len(members), per_node,
+                             planner.cluster.node.nccl_buffer_bytes)
     fill = pipeline_fill_s(tree_stages(len(members)), channels * chunk, nbytes,
                            max(plan.intra_s, planner.network_s(plan)))
     return plan.with_fill(fill).rated(rated)
