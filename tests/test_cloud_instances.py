@@ -15,7 +15,7 @@ from clustersim.workloads.trace import CollectiveKind
 
 CLOUD = {"aws-p4d-24xlarge": "a100-40gb", "aws-p4de-24xlarge": "a100-80gb",
          "aws-p5-48xlarge": "h100-sxm", "aws-p5en-48xlarge": "h200",
-         "aws-p6-b200-48xlarge": "b200", "azure-nd-h100-v5": "h100-sxm",
+         "aws-p6-b200-48xlarge": "b200", "azure-nd-h100-v5": "h100-sxm", "azure-nd-h200-v5": "h200",
          "gcp-a3-ultragpu-8g": "h200", "gcp-a3-megagpu-8g": "h100-sxm",
          "gcp-a4-highgpu-8g": "b200", "azure-nd-gb200-v6": "gb200"}
 
@@ -25,6 +25,15 @@ def test_cloud_node_is_sourced_and_matches_its_device(catalog, name):
     node = catalog.nodes[name]
     assert node.source and node.device == CLOUD[name]
     assert node.host_memory in catalog.memory_tiers and node.local_storage in catalog.memory_tiers
+
+
+def test_azure_nd_v5_gives_every_gpu_its_own_400g_infiniband(catalog):
+    # Azure ND H100 v5 and ND H200 v5 size series: "Each GPU ... its own dedicated,
+    # topology-agnostic 400 Gbps NVIDIA Quantum-2 CX7 InfiniBand connection", 3.2 Tb/s per VM
+    for name in ("azure-nd-h100-v5", "azure-nd-h200-v5"):
+        node = catalog.nodes[name]
+        assert node.nic_kind is NicKind.IB_NDR and node.nic_count == node.devices_per_node == 8
+        assert node.network_bandwidth * 8 == pytest.approx(3.2e12)
 
 
 def test_aws_instances_carry_the_published_efa_bandwidth(catalog):

@@ -19,7 +19,10 @@ P5 = {**TINY, "strategy": {"tp": 2, "pp": 2, "dp": 1},
 
 def test_every_published_price_is_dated_and_names_a_catalog_node():
     catalog = load_catalog()
-    assert {"aws-p5-48xlarge", "aws-p6-b200-48xlarge"} <= set(catalog.prices)
+    assert {"aws-p5-48xlarge", "aws-p6-b200-48xlarge", "azure-nd-h100-v5",
+            "azure-nd-h200-v5"} <= set(catalog.prices)
+    # Azure Retail Prices API (eastus2, 2026-06-18): 98.32 and 84.80 USD per 8-GPU VM-hour
+    assert catalog.prices["azure-nd-h200-v5"].per_gpu_hour(8) == pytest.approx(10.60)
     for name, price in catalog.prices.items():
         assert name in catalog.nodes and price.instance_hour > 0 and price.source
         assert price.as_of[:4].isdigit() and price.region
