@@ -86,7 +86,10 @@ MANY_NODES = ("4-8 nodes from 1 to 256 MiB: the model is 16-240% too fast where 
               "with LL128 and 17-30% too slow where it runs NVLSTree with its pipeline's fill; "
               "which algorithm NCCL ran is not in the posts, and runs of the same thread differ "
               "by up to 3.9x at one size (1 MiB on 4 nodes: 317 us for gj-aion, 82 us for "
-              "qoofyk), so no mechanism was fitted")
+              "qoofyk), so no mechanism was fitted. Without LL128 across nodes (NCCL enables it "
+              "there only for NICs at most a PCIe switch (Hopper: PXN) from the GPU, tuning.cc) "
+              "the 8-node rows from 16 to 256 MiB come within tolerance, but the 1-4 MiB rows "
+              "that pass now fall out: no one protocol setting fits these runs")
 DIP = ("a dip in the published sweep: 8 MiB at 13-19 GB/s between 40-46 GB/s at 4 MiB and "
        "65-87 GB/s at 16 MiB, 1 GiB at 287 GB/s between 301 and 319")
 MISSED = {  # run -> sizes in MiB the model misses, and why
