@@ -132,6 +132,12 @@ _ROWS = {
        for gpu in ("b200", "b300", "gb200", "gb300")},
     "moe_mixtral_gb200": ("validate_moe", "nemo2504_mixtral_8x7b_gb200_64gpu_fp8"),
     "moe_a2a_overlap": ("validate_moe", "mz_qwen3_235b_h100_deepep_tp2_ep32_pp8_a2a_overlap"),
+    **{f"moe_card_{key}": ("validate_moe", f"mbcard_qwen3_30b_a3b_{row}") for key, row in (
+        ("h100_no_overlap", "h100_16gpu_bf16_hybridep_no_a2a_overlap"),
+        ("h100_overlap", "h100_16gpu_bf16_hybridep_a2a_overlap"),
+        ("h100_natural", "h100_16gpu_bf16_natural_routing"),
+        ("gb300_8", "gb300_8gpu_mxfp8_tuned"),
+        ("gb300_256", "gb300_256gpu_mxfp8_weak_scaling"))},
     "lc_llama3_128k": ("validate_long_context", "llama3_herd_405b_128k_16384gpu"),
     "lc_tt405_128k": ("validate_long_context", "torchtitan_llama3_405b_512gpu_fsdp2_cp4"),
     "lc_tt405_256k": ("validate_long_context", "torchtitan_llama3_405b_512gpu_fsdp1_cp8"),
