@@ -38,31 +38,34 @@ def test_software_era_follows_the_source_date():
     assert software_of({"source": "arXiv 2104.04473", "attention": "flash"})["attention"] == "flash"
 
 
-def test_torchtitan_fp8_rows_keep_16_bit_linear_inputs():
-    """torchtitan's float8 is torchao's, which saves the 16-bit input for the backward."""
-    row = {"source": "pytorch/torchtitan benchmarks", "precision": "fp8"}
-    assert software_of(row) == {"fp8_saved_inputs": "false"}
-    assert software_of({**row, "precision": "bf16"}) == {}
-    assert "fp8_saved_inputs" not in software_of({"source": "NVIDIA Megatron-Bridge",
-                                                  "precision": "fp8"})
-
-
-def test_torchtitan_on_hopper_runs_flash_attention_2_until_october_2025():
-    """PyTorch 2.5.1 made cuDNN SDPA opt-in (pytorch/pytorch#138522) and torchtitan put it first
-    on Hopper only from 6a3a9da (2025-10-09): SDPA's flash backend, FlashAttention-2, before."""
-    h100 = {"source": "pytorch/torchtitan benchmarks (torchtitan 820504e, 2025-06)",
-            "gpu": "h100-sxm"}
-    assert software_of(h100) == {"attention": "flash"}
-    assert software_of({**h100, "source": "torchtitan, 2024-12"}) == {"attention": "flash"}
-    assert software_of({**h100, "gpu": "h200"})["attention"] == "flash"
-    # Other stacks of the same date on Hopper: FA3-class kernels (TE's cuDNN attention).
-    assert software_of({**h100, "source": "NVIDIA Megatron-Bridge 25.09, 2025"}) == \
+def test_software_of_reads_only_the_date_from_the_source():
+    """What one framework does differently is a column of its rows, never a name in the source:
+    a torchtitan FP8 row on Hopper dated 2025-06 gets the era's defaults, like any other."""
+    row = {"source": "pytorch/torchtitan benchmarks (2025-06)", "gpu": "h100-sxm",
+           "precision": "fp8"}
+    assert software_of(row) == software_of({**row, "source": "some stack (2025-06)"}) == \
         {"attention": "flash3"}
-    # Blackwell: torchtitan lists cuDNN first there (3b85aa3, 2025-05-14).
-    assert software_of({**h100, "gpu": "b200"}) == {"attention": "flash3"}
-    # From 2026 (after 6a3a9da) torchtitan runs cuDNN SDPA on Hopper too; a column still wins.
-    assert software_of({**h100, "source": "torchtitan, 2026"}) == {"attention": "flash3"}
-    assert software_of({**h100, "attention": "flash3"})["attention"] == "flash3"
+    assert software_of({**row, "attention": "flash"}) == {"attention": "flash"}
+
+
+TORCHTITAN_TABLES = ("published_runs_torchtitan.csv", "published_runs_long_context.csv")
+
+
+@pytest.mark.parametrize("table", TORCHTITAN_TABLES)
+def test_torchtitan_rows_state_their_framework_facts(table):
+    """torchtitan's rows say in columns, with the evidence in their notes, what differs from the
+    defaults: PyTorch SDPA's FlashAttention-2 (``attention: flash``; cuDNN first on Hopper only
+    from torchtitan 6a3a9da, 2025-10-09), torchao's float8 keeping 16-bit linear inputs
+    (``fp8_saved_inputs: false``), its eager FP32 loss and FP32 gradient reduction."""
+    rows = [r for r in csv.DictReader((REPO / "analysis/data" / table).open())
+            if "torchtitan" in r["source"].lower()]
+    assert rows
+    for r in rows:
+        assert r["attention"] == "flash" and "FlashAttention-2" in r["notes"], r["id"]
+        assert (r["cross_entropy"], r["fp32_grad_reduce"]) == ("eager_fp32", "true"), r["id"]
+        fp8 = r["precision"] == "fp8"
+        assert r["fp8_saved_inputs"] == ("false" if fp8 else ""), r["id"]
+        assert ("fp8_saved_inputs: false: torchao" in r["notes"]) == fp8, r["id"]
 
 
 @pytest.mark.slow

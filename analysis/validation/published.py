@@ -5,18 +5,21 @@ kv_heads, vocab, mlp, seq_len, global_batch, micro_batch, gpu, num_gpus, gpus_pe
 dp, cp, ep, sequence_parallel, zero, recompute, virtual_stages, precision, measured_step_time_s,
 step_time_basis, measured_peak_memory_gib, notes; optional: recompute_layers, attention,
 zero3_granularity, zero3_prefetch, tp_comm_overlap, overlap_param_gather, fp8_recipe,
-fp8_param_gather, fp8_saved_inputs (absent: the software of the source's date, see
-``software_of``; overlaps off; delayed FP8 scaling with 16-bit weights; FP8 inputs saved,
-except torchtitan's torchao float8), ep_dispatcher (absent: alltoall), etp
-(absent: tp), cp_algorithm and cp_a2a (absent: ring), schedule (absent: 1f1b, or interleaved
-with virtual_stages > 1), moe_a2a_overlap, account_for_embedding_in_pipeline_split and
+fp8_param_gather, fp8_saved_inputs, cross_entropy, fp32_grad_reduce (absent: the software of
+the source's date, see ``software_of``; overlaps off; delayed FP8 scaling with 16-bit weights;
+FP8 inputs saved; what a framework does differently, such as torchtitan's FlashAttention-2 on
+Hopper and torchao's 16-bit saved inputs, is set in its rows' columns with the evidence in
+``notes``), ep_dispatcher (absent: alltoall), etp (absent: tp), cp_algorithm and cp_a2a
+(absent: ring), schedule (absent: 1f1b, or interleaved with virtual_stages > 1),
+moe_a2a_overlap, account_for_embedding_in_pipeline_split and
 account_for_loss_in_pipeline_split (absent: false), recompute_modules (with recompute
 ``modules``: Megatron-Core's module names separated by spaces), capacity_factor (absent:
 dropless; set: Megatron-Core's token-drop recipe, ``--moe-expert-capacity-factor`` with
-``--moe-pad-expert-input-to-capacity``, every expert computing its full capacity), and ``model``: a preset or bundled
-Hugging Face config (MoE, MLA) that replaces the architecture columns. An empty micro_batch means 1. Rows whose
-config does not fit in memory are reported apart; rows that cannot be mapped (unknown GPU, an
-impossible strategy) are listed with the reason.
+``--moe-pad-expert-input-to-capacity``, every expert computing its full capacity), and
+``model``: a preset or bundled Hugging Face config (MoE, MLA) that replaces the architecture
+columns. An empty micro_batch means 1. Rows whose config does not fit in memory are reported
+apart; rows that cannot be mapped (unknown GPU, an impossible strategy) are listed with the
+reason.
 """
 
 from __future__ import annotations
@@ -89,20 +92,9 @@ FLASH_ATTENTION = (2022, 5, 14135)
 """FlashAttention (Dao et al., arXiv 2205.14135): runs before it used unfused attention."""
 FLASH_ATTENTION_3 = (2024, 7, 8608)
 """FlashAttention-3 (Shah et al., arXiv 2407.08608): Hopper runs published after it use
-FlashAttention-3-class kernels (FA3; Transformer Engine's cuDNN fused attention), except
-PyTorch SDPA's runs before ``TORCHTITAN_CUDNN_SDPA`` (see there)."""
-TORCHTITAN_CUDNN_SDPA = (2025, 10, 9)
-"""torchtitan's attention on Hopper is PyTorch SDPA's flash backend, FlashAttention-2, until
-torchtitan commit 6a3a9da (#1776, 2025-10-09) put the cuDNN backend first on every GPU. Before
-it: PyTorch 2.5.0 made cuDNN SDPA the default on H100, but pytorch/pytorch#138522 (2024-10-22,
-cherry-picked into 2.5.1) made it opt-in again after bugs (#138649), so SDPA picks
-FlashAttention-2 on H100 (pytorch/pytorch#142132: nightly 2.6.0.dev20241204, SDPA 329 TFLOPS
-against cuDNN's 631, "this is expected"); from torchtitan 3b85aa3 (#1196, 2025-05-14) its
-``ScaledDotProductAttention`` lists cuDNN first on compute capability 10.0 only and
-FLASH_ATTENTION, EFFICIENT_ATTENTION, MATH elsewhere (torchtitan 820504e, the 2025-06 async-TP
-benchmark's commit). PyTorch itself put cuDNN first on SM 9.0 only from 2.9 (#162073)."""
-HOPPER = ("h100", "h200", "h800")
-"""Catalog names of Hopper GPUs start so."""
+FlashAttention-3-class kernels (FA3; Transformer Engine's cuDNN fused attention) unless the row's
+``attention`` column says otherwise (torchtitan's PyTorch SDPA runs FlashAttention-2 on Hopper
+until torchtitan 6a3a9da, 2025-10-09: its rows set ``attention: flash``)."""
 PYTORCH_FSDP = (2022, 3, 0)
 """PyTorch FSDP (1.11, March 2022): before it, ZeRO-3 meant DeepSpeed's implementation, which
 gathered each parameter tensor with its own collective and, in published runs (Narayanan et
@@ -124,8 +116,8 @@ def publication_date(source: str) -> tuple[int, int, int] | None:
 def software_of(row: dict) -> dict:
     """The software a published run used, where the table does not say: explicit columns
     (``attention``, ``zero3_granularity``, ``zero3_prefetch``) win; otherwise what existed
-    when the source was published (torchtitan on Hopper: ``TORCHTITAN_CUDNN_SDPA``);
-    otherwise today's defaults."""
+    when the source was published; otherwise today's defaults. Only the date is read from the
+    source: what one framework does differently is a column of its rows."""
     date = publication_date(_cell(row, "source"))
     out = {}
     if date is not None and date < FLASH_ATTENTION:
@@ -135,13 +127,7 @@ def software_of(row: dict) -> dict:
     if date is not None and date < PYTORCH_FSDP:
         out["zero3_granularity"] = "tensor"
         out["zero3_prefetch"] = "none"
-    torchtitan = "torchtitan" in _cell(row, "source").lower()
-    if (torchtitan and _cell(row, "gpu").startswith(HOPPER)
-            and (date is None or date < TORCHTITAN_CUDNN_SDPA)):
-        out["attention"] = "flash"            # SDPA's FlashAttention-2 backend on Hopper
-    if torchtitan and _cell(row, "precision") == "fp8":
-        out["fp8_saved_inputs"] = "false"     # torchao's float8 keeps 16-bit inputs
-    for key in ("attention", "zero3_granularity", "zero3_prefetch", "fp8_saved_inputs"):
+    for key in ("attention", "zero3_granularity", "zero3_prefetch"):
         if _cell(row, key):
             out[key] = _cell(row, key)
     return out
@@ -231,9 +217,9 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "micro_batch": _int(row, "micro_batch", 1),
         "precision": _cell(row, "precision", "bf16"),
         "attention": software.get("attention", "flash"),
-        **{key: _cell(row, key) for key in ("fp8_recipe", "fp8_param_gather", "cross_entropy",
-                                            "fp32_grad_reduce") if _cell(row, key)},
-        **{key: software[key] for key in ("fp8_saved_inputs",) if key in software},
+        **{key: _cell(row, key) for key in ("fp8_recipe", "fp8_param_gather", "fp8_saved_inputs",
+                                            "cross_entropy", "fp32_grad_reduce")
+           if _cell(row, key)},
         **_token_drop(row),
     })
     v = _int(row, "virtual_stages", 1)
