@@ -18,7 +18,7 @@ from typing import Any
 from clustersim.hardware_specs.cluster import ClusterSpec
 from clustersim.hardware_specs.device import DeviceSpec, read_device
 from clustersim.hardware_specs.domains import devices_per_domain
-from clustersim.hardware_specs.errors import SpecError
+from clustersim.hardware_specs.errors import SpecError, shown
 from clustersim.hardware_specs.fabric import FabricSpec, read_fabric
 from clustersim.hardware_specs.failures import FailureModel, read_failure_model
 from clustersim.hardware_specs.fields import Fields, did_you_mean
@@ -111,7 +111,11 @@ class Catalog:
 
 
 def _load_file(path: Path) -> dict[str, dict[str, Any]]:
-    data = load_yaml(path) or {}
+    data = load_yaml(path, "--catalog")
+    if not isinstance(data, Mapping) or not data:
+        got = shown(data) if data is not None else "an empty file"
+        raise SpecError(path.name, f"expected a mapping of catalog sections "
+                                   f"({', '.join(_READERS)}), got {got}")
     top = Fields(data, "")
     out: dict[str, dict[str, Any]] = {}
     for section, reader in _READERS.items():
@@ -128,9 +132,15 @@ def _load_file(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def _yaml_files(directory: Path) -> list[Path]:
+    if not directory.exists():
+        raise SpecError("--catalog", f"{directory}: no such file or directory")
     if not directory.is_dir():
-        raise SpecError("--catalog", f"{directory} is not a directory")
-    return sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml"))
+        raise SpecError("--catalog", f"expected a directory or a YAML file, got a special file: "
+                                     f"{directory}")
+    files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml"))
+    if not files:
+        raise SpecError("--catalog", f"{directory} holds no catalog files (*.yaml, *.yml)")
+    return files
 
 
 @functools.lru_cache(maxsize=16)

@@ -45,6 +45,8 @@ def load_yaml(path: Path | str, field: str = "") -> Any:
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise SpecError(field, f"{path} is not valid YAML: {problem}{where}") from None
+    except SpecError:
+        raise                           # read_text's own message (a ValueError too)
     except (ValueError, RecursionError) as err:
         raise SpecError(field, f"{path}: {_unreadable(err)}") from None
 
@@ -56,6 +58,8 @@ def load_json(path: Path | str, field: str = "") -> Any:
     except json.JSONDecodeError as err:
         raise SpecError(field, f"{path} is not valid JSON: {err.msg} (line {err.lineno}, "
                                f"column {err.colno})") from None
+    except SpecError:
+        raise
     except (ValueError, RecursionError) as err:
         raise SpecError(field, f"{path}: {_unreadable(err)}") from None
 

@@ -60,7 +60,9 @@ def _row(tokens: list[str]) -> MeasuredRow | None:
     return MeasuredRow(int(tokens[0]), time_us * 1e-6, algbw, busbw)
 
 
-def parse_log(text: str, where: str = "--against") -> NcclTestsLog:
+def parse_log(text: str, where: str = "--against", path: str = "") -> NcclTestsLog:
+    """``path``: the file the text came from, named in the error."""
+    source = f"{path}: " if path else ""
     rows, ranks, gpus, op = [], 0, 1, None
     for raw in text.splitlines():
         line = _TAG.sub("", raw).strip()
@@ -73,10 +75,10 @@ def parse_log(text: str, where: str = "--against") -> NcclTestsLog:
         elif not line.startswith("#") and (row := _row(line.split())) is not None:
             rows.append(row)
     if not rows:
-        raise SpecError(where, "expected nccl-tests output with at least one result line "
-                               "(size count type redop ... time algbw busbw), found none")
+        raise SpecError(where, f"{source}expected nccl-tests output with at least one result "
+                               "line (size count type redop ... time algbw busbw), found none")
     return NcclTestsLog(tuple(rows), ranks or None, gpus, op)
 
 
 def read_log(path: str) -> NcclTestsLog:
-    return parse_log(read_text(path, "--against", errors="replace"))
+    return parse_log(read_text(path, "--against", errors="replace"), path=str(path))
