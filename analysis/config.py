@@ -14,6 +14,7 @@ from typing import Any
 
 from clustersim.hardware_specs import Catalog, ClusterSpec, Placement, SpecError, load_catalog
 from clustersim.hardware_specs.fabric import MAX_OVERSUBSCRIPTION
+from clustersim.hardware_specs.errors import shown
 from clustersim.hardware_specs.fields import Fields
 from clustersim.hardware_specs.mixed import GroupRequest, mixed_cluster
 from clustersim.hardware_specs.textfile import load_yaml
@@ -156,8 +157,17 @@ def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
     cluster = with_offload_tiers(cluster, catalog, job)
     sections = {k: top.raw(k) for k in OPTIONAL_SECTIONS if top.has(k)}
     top.done()
-    return RunConfig(job=job, cluster=cluster, catalog=catalog,
-                     name=str(sections.get("name", "")), sections=sections)
+    return RunConfig(job=job, cluster=cluster, catalog=catalog, name=_name(top),
+                     sections=sections)
+
+
+def _name(top: Fields) -> str:
+    """The config's ``name`` (and ``description``): text, or a number written as one."""
+    for key in ("description", "name"):
+        value = top.raw(key, "")
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise SpecError(top.at(key), f"expected text, got {shown(value)}")
+    return str(top.raw("name", ""))
 
 
 def load_config(path: str | Path, catalog_dirs: Iterable[str | Path] = ()) -> RunConfig:
@@ -173,11 +183,11 @@ def load_cnn_config(path: str | Path, catalog_dirs: Iterable[str | Path] = ()) -
     path = config_path(path)
     data = read_yaml(path)
     top = Fields(data, "").only(("model", "training", "strategy", "cluster") + OPTIONAL_SECTIONS)
+    name = _name(top)
     job = cnn_job_from_mapping(data)
     catalog = load_catalog(list(catalog_dirs))
     cluster = parse_cluster(top.sub("cluster", required=True), catalog, job.grid.size)
     job = job.checked(cluster.num_devices)
     sections = {k: data[k] for k in OPTIONAL_SECTIONS if k in data}
     return RunConfig(job=job, cluster=cluster, catalog=catalog,
-                     name=str(sections.get("name", "")) or path.stem, source=path,
-                     sections=sections)
+                     name=name or path.stem, source=path, sections=sections)

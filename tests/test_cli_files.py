@@ -39,6 +39,10 @@ def _run(argv: list[str]) -> tuple[int, str]:
     return code, err.getvalue()
 
 
+def _argv(command: list[str], path, tmp_path) -> list[str]:
+    return [a.replace("{f}", str(path)).replace("{tmp}", str(tmp_path)) for a in command]
+
+
 def _one_error_line(code: int, stderr: str) -> str:
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert code == 2, stderr
@@ -55,8 +59,7 @@ def test_a_file_that_cannot_be_used_is_one_line_naming_it(tmp_path, command, kin
         target.mkdir()
     if kind == "empty":
         target.write_text("")
-    argv = [a.replace("{f}", str(target)).replace("{tmp}", str(tmp_path)) for a in command]
-    line = _one_error_line(*_run(argv))
+    line = _one_error_line(*_run(_argv(command, target, tmp_path)))
     assert target.name in line
     assert "a value cannot be read" not in line       # a missing file used to be reported so
 
@@ -67,6 +70,63 @@ def test_a_missing_config_is_a_plain_message(tmp_path):
         f"error: cannot read {missing}: no such file"
 
 
+@pytest.mark.parametrize("command, text, expected", [
+    (["collective", "--gpus", "8", "--cluster"], "cluster: h100\n",
+     "error: cluster: expected a mapping, got str 'h100'"),
+    (["collective", "--gpus", "8", "--cluster"], "cluster: 5\n",
+     "error: cluster: expected a mapping, got int 5"),
+    (["hardware", "list", "--catalog"], "",
+     "error: f.yaml: expected a mapping of catalog sections (devices, nodes, fabrics, "
+     "memory_tiers, failure_models, prices), got an empty file"),
+    (["hardware", "list", "--catalog"], "- 1\n",
+     "error: f.yaml: expected a mapping of catalog sections (devices, nodes, fabrics, "
+     "memory_tiers, failure_models, prices), got [1]"),
+])
+def test_a_file_of_the_wrong_shape_is_an_error_naming_the_section(tmp_path, command, text,
+                                                                 expected):
+    """collective's cluster file; a catalog file that defines nothing."""
+    path = tmp_path / "f.yaml"
+    path.write_text(text)
+    assert _one_error_line(*_run([*command, str(path)])) == expected
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--gpu", "nosuch"], "error: --gpu: unknown device 'nosuch'"),
+    (["--gpu", "h100-sxm", "--gpus-per-node", "-1"], "error: --gpus-per-node: expected >= 1"),
+    (["--gpu", "h100-sxm", "--gpus-per-node", "3"], "error: --gpus: 8 is not a whole number of"),
+])
+def test_collective_errors_name_the_flag_not_the_config_field(flags, expected):
+    line = _one_error_line(*_run(["collective", "--gpus", "8", *flags]))
+    assert line.startswith(expected)
+
+
 def test_a_catalog_directory_without_catalog_files_is_an_error(tmp_path):
     line = _one_error_line(*_run(["hardware", "list", "--catalog", str(tmp_path)]))
     assert line == f"error: --catalog: {tmp_path} holds no catalog files (*.yaml, *.yml)"
+
+
+@pytest.mark.parametrize("value", ["[]", "{a: 1}", "true"])
+def test_a_config_name_must_be_text(tmp_path, value):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"name: {value}\nmodel: llama3-8b\ntraining: {{seq_len: 2048, global_batch: 16}}\n"
+                    "strategy: {dp: 8}\ncluster: {gpu: h100-sxm, num_gpus: 8}\n")
+    assert _one_error_line(*_run(["plan", str(path)])).startswith("error: name: expected text")
+
+
+@pytest.mark.parametrize("command", [
+    ["simulate", "{f}"], ["failures", "{f}", "--days", "1", "--seeds", "1", "--workers", "1"],
+    ["sweep", "{f}", "--out", "{tmp}/run", "--workers", "1"], ["plan", "{f}"],
+    ["trace", "export", "{f}", "--out", "{tmp}/chakra"],
+], ids=lambda c: c[0])
+@pytest.mark.parametrize("section, expected", [
+    ("faults: x", "error: faults: expected a list of faults"),
+    ("costs: {gpu_hours: 2}", "error: costs.gpu_hours: unknown field"),
+    ("sweep: {tp: [0]}", "error: sweep.tp[0]: expected an integer >= 1, got 0"),
+    ("failures: {day: 3}", "error: failures.day: unknown field"),
+])
+def test_every_command_checks_every_section_of_a_config(tmp_path, command, section, expected):
+    """Not only the command that uses a section: a typo in ``costs`` fails ``failures`` too."""
+    path = tmp_path / "c.yaml"
+    path.write_text("model: llama3-8b\ntraining: {seq_len: 2048, global_batch: 16}\n"
+                    f"strategy: {{dp: 8}}\ncluster: {{gpu: h100-sxm, num_gpus: 8}}\n{section}\n")
+    assert _one_error_line(*_run(_argv(command, path, tmp_path))).startswith(expected)

@@ -73,15 +73,23 @@ def _cluster(args, gpus: int) -> ClusterSpec:
         from clustersim.analysis.config import parse_cluster, read_yaml
         from clustersim.hardware_specs.fields import Fields
         data = read_yaml(Path(args.cluster))
-        section = dict(data.get("cluster", data))
+        section = dict(Fields(data.get("cluster", data), "cluster").data)
         section.setdefault("num_gpus", gpus)
         if args.gpus_per_node:
             section["gpus_per_node"] = args.gpus_per_node
         return parse_cluster(Fields(section, "cluster"), catalog)
     if not args.gpu:
         raise SpecError("--cluster", "give --cluster CONFIG or --gpu NAME")
-    return catalog.cluster(device=args.gpu, num_devices=gpus,
-                           devices_per_node=args.gpus_per_node)
+    try:
+        return catalog.cluster(device=args.gpu, num_devices=gpus,
+                               devices_per_node=args.gpus_per_node)
+    except SpecError as err:
+        raise SpecError(FLAG_OF_FIELD.get(err.field, err.field), err.message) from None
+
+
+FLAG_OF_FIELD = {"cluster.gpu": "--gpu", "cluster.node": "--gpu", "cluster.num_gpus": "--gpus",
+                 "cluster.gpus_per_node": "--gpus-per-node"}
+"""The flag a user gave for each field the catalog checks, so that its errors name the flag."""
 
 
 def _size_range(args) -> list[float]:

@@ -73,3 +73,29 @@ def _strict(value):
 def write_json(data, path: str | Path) -> None:
     """Write ``data`` as indented JSON (keys in insertion order, stable across runs)."""
     Path(path).write_text(json.dumps(_strict(data), indent=2, allow_nan=False) + "\n")
+
+
+def check_sections(config) -> None:
+    """A typo in the costs, sweep, failures or faults section is an error for every command
+    that reads the config, not only for the command that uses the section."""
+    from clustersim.analysis.failures.config import failure_spec
+    from clustersim.analysis.step import step_faults
+    from clustersim.analysis.sweeps.costs import costs_for
+    from clustersim.analysis.sweeps.space import space_from_mapping
+
+    sections = config.sections
+    if "costs" in sections:
+        costs_for(sections["costs"], config.cluster, config.catalog)
+    if "sweep" in sections:
+        space_from_mapping(sections["sweep"])
+    if "failures" in sections:
+        failure_spec(config)
+    step_faults(config)
+
+
+def load_checked_config(path, catalog_dirs=()):
+    """``analysis.config.load_config`` with every optional section checked."""
+    from clustersim.analysis.config import load_config
+    config = load_config(path, catalog_dirs)
+    check_sections(config)
+    return config

@@ -7,7 +7,7 @@ import argparse
 from dataclasses import replace
 
 from clustersim.analysis.cli.common import (
-    add_catalog_option, add_command, output_path, positive_int, write_json,
+    add_catalog_option, add_command, load_checked_config, output_path, positive_int, write_json,
 )
 
 SWEEP_SEEDS = 40
@@ -43,7 +43,6 @@ def run(args: argparse.Namespace) -> int:
     from clustersim.hardware_specs import SpecError
     from clustersim.simulator.longrun.montecarlo import default_workers
 
-    from clustersim.analysis.config import load_config
     from clustersim.analysis.failures.config import MAX_DAYS, failure_spec
     from clustersim.analysis.failures.report import report, write_events_csv
     from clustersim.analysis.failures.study import prepare, run_study
@@ -56,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
                                   f"got {args.days:g}")
     if args.seed is not None and args.seed < 0:
         raise SpecError("--seed", f"expected an integer >= 0, got {args.seed}")
-    config = load_config(args.config, args.catalog)
+    config = load_checked_config(args.config, args.catalog)
     spec = failure_spec(config, args.days)
     if args.seed is not None:
         spec = replace(spec, seed=args.seed)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import itertools
 
-from clustersim.analysis.cli.common import add_catalog_option, add_command, output_path, write_json
+from clustersim.analysis.cli.common import (
+    add_catalog_option, add_command, load_checked_config, output_path, write_json,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,10 +53,9 @@ def render(plan, name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clustersim.analysis.config import load_config
     from clustersim.analysis.sweeps.balance import plan
 
-    config = load_config(args.config, args.catalog)
+    config = load_checked_config(args.config, args.catalog)
     result = plan(config, limit=not args.no_limit)
     print(render(result, config.name))
     if args.json:

@@ -6,7 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from clustersim.analysis.cli.common import add_catalog_option, add_command, output_path, write_json
+from clustersim.analysis.cli.common import (
+    add_catalog_option, add_command, load_checked_config, output_path, write_json,
+)
 
 DEFAULT_EXAMPLE = "llama3_70b_h100"
 EXIT_DOES_NOT_FIT = 3
@@ -35,27 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def check_other_sections(config) -> None:
-    """A typo in the costs, sweep or failures section is an error here too, not only when the
-    command that reads it runs."""
-    from clustersim.analysis.sweeps.costs import costs_for
-    from clustersim.analysis.failures.config import failure_spec
-    from clustersim.analysis.step import step_faults
-    from clustersim.analysis.sweeps.space import space_from_mapping
-
-    sections = config.sections
-    if "costs" in sections:
-        costs_for(sections["costs"], config.cluster, config.catalog)
-    if "sweep" in sections:
-        space_from_mapping(sections["sweep"])
-    if "failures" in sections:
-        failure_spec(config)
-    step_faults(config)
-
-
 def run(args: argparse.Namespace) -> int:
     from clustersim.analysis.chrome_trace import write_chrome_trace
-    from clustersim.analysis.config import load_config
     from clustersim.analysis.reports.summary import summary
     from clustersim.analysis.step import fault_summary, run_faulted_step, run_step, step_faults
 
@@ -77,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
         report, faults, faulted, costs = run_cnn_step(config), None, None, None
         print(cnn_summary(report))
     else:
-        config = load_config(args.config or DEFAULT_EXAMPLE, args.catalog)
-        check_other_sections(config)
+        config = load_checked_config(args.config or DEFAULT_EXAMPLE, args.catalog)
         faults = step_faults(config)
         if faults is None:
             report, faulted = run_step(config, limit=not args.no_limit), None

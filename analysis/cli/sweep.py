@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from clustersim.analysis.cli.common import (
-    add_catalog_option, add_command, add_parallel_options, output_path, positive_int,
+    add_catalog_option, add_command, add_parallel_options, check_sections, output_path,
+    positive_int,
 )
 
 TOP = 15
@@ -39,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from clustersim.analysis.sweeps.runner import load_for_sweep, run_sweep
 
     loaded = load_for_sweep(args.config, args.catalog)
+    check_sections(loaded.config)
     outcome = run_sweep(loaded, args.out, workers=args.workers, dask_address=args.dask,
                         progress=args.progress)
     s = outcome.by_status

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from clustersim.analysis.cli.common import (
-    add_catalog_option, add_command, output_path, positive_int, write_json,
+    add_catalog_option, add_command, load_checked_config, output_path, positive_int, write_json,
 )
 
 
@@ -105,7 +105,7 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def _trace_of(source: str, catalog):
-    from clustersim.analysis.config import config_path, load_config, read_yaml
+    from clustersim.analysis.config import config_path, read_yaml
     from clustersim.analysis.traces.workload import is_trace_workload, trace_config_from_mapping
     from clustersim.workloads.builder import build_trace
     from clustersim.workloads.trace_io import load_trace
@@ -116,7 +116,7 @@ def _trace_of(source: str, catalog):
     data = read_yaml(path)
     if is_trace_workload(data):
         return trace_config_from_mapping(data, path.parent, catalog).trace
-    return build_trace(load_config(path, catalog).job)
+    return build_trace(load_checked_config(path, catalog).job)
 
 
 def run_export(args: argparse.Namespace) -> int:
