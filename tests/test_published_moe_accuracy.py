@@ -46,9 +46,9 @@ NATURAL = ("natural routing (the recipe's auxiliary loss, steps 91-100 from rand
            "the model's balanced routing: no tokens-per-expert distribution is published for this "
            "run, so expert_skew is not set (its forced-routing twin: "
            "tests/test_published_moe_pairs.py)")
-PAGED_STASH = ("exceeds memory as modelled: no recompute, the 1F1B all-to-all overlap holding two "
-               "micro-batches, and the recipe's MoE paged stash (moe_paged_stash with a CPU overflow "
-               "buffer) not modelled")
+PAGED_STASH = ("exceeds memory as modelled: no recompute, the 1F1B all-to-all overlap holding "
+               "two micro-batches, and the recipe's MoE paged stash (moe_paged_stash with a CPU "
+               "overflow buffer) not modelled")
 OFF = {
     "mbcard_qwen3_30b_a3b_h100_16gpu_bf16_hybridep_a2a_overlap": "-16.9%: the 1F1B all-to-all "
     "overlap takes 4.70 s off the step as modelled, 3.72 s as measured (its no-overlap twin "

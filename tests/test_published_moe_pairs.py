@@ -1,5 +1,5 @@
-"""Measured pairs of Qwen3-30B-A3B runs that differ in one mechanism (Megatron-Bridge's model
-verification card and MoE optimization case study, analysis/data/published_runs_moe.csv rows
+"""Measured pairs of Qwen3 MoE runs that differ in one mechanism (Megatron-Bridge's model
+verification cards and MoE optimization case study, analysis/data/published_runs_moe.csv rows
 ``mbcard_*``). The ratio of two step times tests the mechanism without any absolute-speed
 assumption: each pair's predicted ratio within RATIO_TOLERANCE of the measured one, or a strict
 xfail naming what the model does not describe."""
@@ -15,20 +15,28 @@ from tests.conftest import REPO
 
 RATIO_TOLERANCE = 0.03
 ROWS = {r["id"]: r for r in csv.DictReader((REPO / "analysis/data/published_runs_moe.csv").open())}
-PREFIX = "mbcard_qwen3_30b_a3b_"
+PREFIX = "mbcard_"
 PAIRS = {
     # Megatron-Core's 1F1B all-to-all overlap, the case study's one-variable A/B (H100, HybridEP).
-    "a2a_overlap": ("h100_16gpu_bf16_hybridep_a2a_overlap",
-                    "h100_16gpu_bf16_hybridep_no_a2a_overlap"),
+    "a2a_overlap": ("qwen3_30b_a3b_h100_16gpu_bf16_hybridep_a2a_overlap",
+                    "qwen3_30b_a3b_h100_16gpu_bf16_hybridep_no_a2a_overlap"),
     # Data parallelism from 8 to 256 GB300s at constant tokens per GPU (EP8 inside a rack):
     # measured 5.819 / 5.855 s.
-    "weak_scaling_256_over_8": ("gb300_256gpu_mxfp8_weak_scaling", "gb300_8gpu_mxfp8_tuned"),
+    "weak_scaling_256_over_8": ("qwen3_30b_a3b_gb300_256gpu_mxfp8_weak_scaling",
+                                "qwen3_30b_a3b_gb300_8gpu_mxfp8_tuned"),
     # Natural against forced routing, both without the overlap (H100).
-    "natural_over_forced_routing": ("h100_16gpu_bf16_natural_routing",
-                                    "h100_16gpu_bf16_hybridep_no_a2a_overlap"),
+    "natural_over_forced_routing": ("qwen3_30b_a3b_h100_16gpu_bf16_natural_routing",
+                                    "qwen3_30b_a3b_h100_16gpu_bf16_hybridep_no_a2a_overlap"),
     # Blackwell Ultra against Blackwell, each with its recipe's micro-batch (8 and 4).
-    "gb300_over_gb200": ("gb300_8gpu_mxfp8_tuned", "gb200_8gpu_mxfp8_tuned"),
+    "gb300_over_gb200": ("qwen3_30b_a3b_gb300_8gpu_mxfp8_tuned",
+                         "qwen3_30b_a3b_gb200_8gpu_mxfp8_tuned"),
+    # The same for Qwen3-235B-A22B on 256 GPUs, each with its recipe's pipeline layout.
+    "gb300_over_gb200_235b": ("qwen3_235b_a22b_gb300_256gpu_mxfp8",
+                              "qwen3_235b_a22b_gb200_256gpu_mxfp8"),
 }
+GB300 = ("the catalog's GB300 has GB200's compute peaks and efficiencies and B300's lower memory "
+         "efficiency; Blackwell Ultra's doubled attention exponentials and 1.4 kW power are not "
+         "credited, and no GB300 kernel measurement pins them")
 OFF = {
     "a2a_overlap": "measured 0.849, predicted 0.788: the overlap hides 4.70 s as modelled, 3.72 s "
     "as measured; not identified",
@@ -36,10 +44,9 @@ OFF = {
     "uniformly (forced balancing draws random logits, which the balls-into-bins model describes); "
     "the natural run's tokens-per-expert distribution at steps 91-100 from random init is not "
     "published (an expert_skew near 0.9 would give the measured ratio; not set without a source)",
-    "gb300_over_gb200": "measured 0.901, predicted 1.023 (1.033 at the same micro-batch): the "
-    "catalog's GB300 has GB200's compute peaks and efficiencies and B300's lower memory "
-    "efficiency; Blackwell Ultra's doubled attention exponentials and 1.4 kW power are not "
-    "credited, and no GB300 kernel measurement pins them",
+    "gb300_over_gb200": "measured 0.901, predicted 1.023 (1.033 at the same micro-batch): " + GB300,
+    "gb300_over_gb200_235b": "measured 0.833, predicted 0.973 (the layouts differ: PP4 VP12 "
+    "micro-batch 2 against PP8 VP3 micro-batch 1): " + GB300,
 }
 
 

@@ -138,6 +138,8 @@ _ROWS = {
         ("h100_natural", "h100_16gpu_bf16_natural_routing"),
         ("gb300_8", "gb300_8gpu_mxfp8_tuned"),
         ("gb300_256", "gb300_256gpu_mxfp8_weak_scaling"))},
+    **{f"moe_card_235b_{gpu}": ("validate_moe", f"mbcard_qwen3_235b_a22b_{gpu}_256gpu_mxfp8")
+       for gpu in ("gb200", "gb300")},
     "lc_llama3_128k": ("validate_long_context", "llama3_herd_405b_128k_16384gpu"),
     "lc_tt405_128k": ("validate_long_context", "torchtitan_llama3_405b_512gpu_fsdp2_cp4"),
     "lc_tt405_256k": ("validate_long_context", "torchtitan_llama3_405b_512gpu_fsdp1_cp8"),
