@@ -56,7 +56,9 @@ class StepReport:
             if key == "peak_memory_gb":   # decimal GB, a stable key; every table prints GiB
                 out["peak_memory_gib"] = value * 1e9 / GIB
         out["memory"] = [{"stage": s.stage, "layers": s.layers, **s.memory.to_dict(),
-                          "offloaded": s.offloaded_bytes} for s in self.memory]
+                          "offloaded": s.offloaded_bytes,
+                          "offloaded_activations": s.offloaded_activation_bytes}
+                         for s in self.memory]
         out["memory_capacity_bytes"] = cluster.smallest_memory_bytes
         out["dp_bytes_per_gpu"] = self.dp_bytes_per_gpu
         return out

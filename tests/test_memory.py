@@ -1,5 +1,6 @@
 import pytest
 
+from clustersim.hardware_specs import SpecError
 from clustersim.workloads import Job, Offload, Recompute, Strategy, TrainingSpec
 from clustersim.workloads.memory import layer_activation_bytes, memory_per_stage
 from clustersim.workloads.model import PRESETS, from_mapping
@@ -126,3 +127,36 @@ def test_torchao_float8_keeps_16_bit_inputs():
                            fp8_saved_inputs=False)
     assert (layer_activation_bytes(m, torchao, Strategy())
             == layer_activation_bytes(m, bf16, Strategy()))
+
+
+def test_activation_offload_keeps_the_last_layers_activations_on_the_device():
+    """Transformer Engine's default offload schedule (``cpu_offload.py``,
+    ``_default_offload_sync_init``) peaks at (layers - n) layers of saved activations: n of 80
+    layers' worth leave the device for host memory, and nothing else changes."""
+    model = PRESETS["llama3-70b"]
+    training = TrainingSpec(seq_len=8192, global_batch=128, micro_batch=2)
+
+    def stage(n):
+        return Job(model, training, Strategy(dp=64, zero=3, offload_activation_layers=n)
+                   ).checked(64).memory()[0]
+    kept, moved = stage(0), stage(40)
+    per_layer = layer_activation_bytes(model, training, Strategy(dp=64, zero=3))
+    assert moved.offloaded_activation_bytes == pytest.approx(40 * per_layer, rel=1e-12)
+    assert kept.memory.activations - moved.memory.activations == pytest.approx(
+        40 * per_layer, rel=1e-12)
+    assert (moved.memory.weights, moved.memory.optimizer, moved.offloaded_bytes) == (
+        kept.memory.weights, kept.memory.optimizer, kept.offloaded_bytes)
+
+
+@pytest.mark.parametrize("strategy, message", [
+    (dict(dp=8, pp=8, offload_activation_layers=4), "needs pp = 1"),
+    (dict(dp=64, offload_activation_layers=4, recompute=Recompute.FULL), "needs recompute: none"),
+    (dict(dp=64, offload_activation_layers=80), "must be below model.layers=80"),
+])
+def test_activation_offload_follows_megatron_cores_rules(strategy, message):
+    """Megatron-Core's ``TransformerConfig.__post_init__`` refuses CPU offloading with pipeline
+    parallelism, with recomputation, and of every layer."""
+    training = TrainingSpec(seq_len=8192, global_batch=128)
+    with pytest.raises(SpecError, match=message) as err:
+        Job(PRESETS["llama3-70b"], training, Strategy(**strategy)).checked(64)
+    assert err.value.field == "strategy.offload_activation_layers"

@@ -110,6 +110,9 @@ class StageMemory:
     memory: MemoryBreakdown
     offloaded_bytes: float
     """State this device keeps in the offload tier (host DRAM by default)."""
+    offloaded_activation_bytes: float = 0.0
+    """Saved activations this device holds in host memory at the forward's end
+    (``Strategy.offload_activation_layers``): not model state, so no checkpoint copies it."""
 
 
 def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
@@ -311,6 +314,13 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
         # The layer being recomputed holds its full activations during its backward.
         working = whole
     activations = inflight_layer_sets(plan, st, micro) * per_layer
+    # Activation offload (pp = 1, no recompute): Transformer Engine's default schedule
+    # (``cpu_offload.py``, ``OffloadSynchronizer._default_offload_sync_init``) offloads layers
+    # 0..n-1, each finished before layer layers - n + i runs its forward and reloaded from
+    # layer layers - n - 1 + i's backward on, so the saved activations peak at
+    # (layers - n) layers' worth; the host tier holds the n others.
+    moved = st.offload_activation_layers * per_layer
+    activations -= moved
     if st.recompute is Recompute.MODULES and RecomputeModule.MOE in st.recompute_modules:
         # The MoE block being recomputed holds its activations during its backward.
         whole_block = replace(st, recompute_modules=tuple(
@@ -347,7 +357,7 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
         comm_buffers=comm, fragmentation=allocated * FRAGMENTATION / (1.0 - FRAGMENTATION),
         reserve=CONTEXT_RESERVE_BYTES + communicators * NCCL_BUFFER_BYTES)
     return StageMemory(stage=plan.stage, layers=plan.layers, memory=breakdown,
-                       offloaded_bytes=offloaded)
+                       offloaded_bytes=offloaded, offloaded_activation_bytes=moved)
 
 
 KEPT_LOSS_BYTES = {CrossEntropy.FUSED: 4.0, CrossEntropy.TE: 2.0}

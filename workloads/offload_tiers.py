@@ -59,7 +59,8 @@ def check_tier_capacity(job: Job, cluster: ClusterSpec) -> None:
         field = "strategy.offload_tier"
     else:
         field = "strategy.offload"
-    per_gpu = max((m.offloaded_bytes for m in job.memory()), default=0.0)
+    per_gpu = max((m.offloaded_bytes + m.offloaded_activation_bytes for m in job.memory()),
+                  default=0.0)
     if not per_gpu:
         return
     for tier, share in cluster.offload_placement:

@@ -209,6 +209,12 @@ class Strategy:
     """Offloaded state placed over several memory tiers: (catalog tier, fraction) pairs whose
     fractions sum to 1, e.g. host DRAM 0.6 and CXL 0.4; each tier's share is copied at that
     tier's bandwidth (``simulator/cost/memory.py``). Empty: all in ``offload_tier``."""
+    offload_activation_layers: int = 0
+    """Transformer layers whose saved activations go to host memory in the forward and come
+    back for their backward (Megatron-Core's ``--cpu-offloading`` with activations and
+    ``--cpu-offloading-num-layers``, Transformer Engine's ``get_cpu_offload_context``): the
+    first n layers, each copied out while later layers compute (``workloads/memory.py``). The
+    copies run on their own stream and are not simulated as time."""
     layers_per_stage: tuple[int, ...] = ()
     """Explicit layers per model chunk (pp x virtual_stages entries); empty: automatic."""
     replica_batch: tuple[int, ...] = ()
@@ -309,6 +315,7 @@ class Strategy:
                 "dp_shard": self.dp_shard,
                 "offload": self.offload.value, "offload_tier": self.offload_tier,
                 "offload_split": dict(self.offload_split),
+                "offload_activation_layers": self.offload_activation_layers,
                 "layers_per_stage": list(self.layers_per_stage),
                 "replica_batch": list(self.replica_batch),
                 "account_for_embedding_in_pipeline_split":
@@ -346,6 +353,7 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
         offload=f.choice("offload", Offload, Offload.NONE),
         offload_tier=f.text("offload_tier", ""),
         offload_split=_offload_split(f),
+        offload_activation_layers=f.integer("offload_activation_layers", 0, minimum=0),
         layers_per_stage=layers,
         replica_batch=tuple(f.integers("replica_batch", [], minimum=1)),
         account_for_embedding_in_pipeline_split=f.boolean(
@@ -630,4 +638,19 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
                         "(ZeRO-Offload partitions what it moves)")
     if s.offload is Offload.PARAMS and s.zero != 3:
         raise SpecError(f"{path}.offload", "params offload needs zero 3 (ZeRO-Infinity)")
+    _check_activation_offload(s, model, path)
     return s
+
+
+def _check_activation_offload(s: Strategy, model: TransformerSpec, path: str) -> None:
+    """Megatron-Core's ``TransformerConfig.__post_init__`` rules for CPU offloading: fewer
+    offloaded layers than the model has, no pipeline parallelism, no recompute."""
+    n, field = s.offload_activation_layers, f"{path}.offload_activation_layers"
+    if n >= model.layers:
+        raise SpecError(field, f"{n} must be below model.layers={model.layers}")
+    if n and s.pp > 1:
+        raise SpecError(field, f"{n} needs pp = 1 (Megatron-Core does not offload activations "
+                        f"under pipeline parallelism), got pp={s.pp}")
+    if n and s.recompute is not Recompute.NONE:
+        raise SpecError(field, f"{n} needs recompute: none (Megatron-Core does not offload "
+                        f"with recomputation), got {s.recompute.value}")

@@ -13,7 +13,8 @@ Hopper and torchao's 16-bit saved inputs, is set in its rows' columns with the e
 (absent: ring), schedule (absent: 1f1b, or interleaved with virtual_stages > 1),
 moe_a2a_overlap, account_for_embedding_in_pipeline_split and
 account_for_loss_in_pipeline_split (absent: false), recompute_modules (with recompute
-``modules``: Megatron-Core's module names separated by spaces), capacity_factor (absent:
+``modules``: Megatron-Core's module names separated by spaces), offload_activation_layers
+(Megatron-Core's ``cpu_offloading_num_layers``; absent: 0), capacity_factor (absent:
 dropless; set: Megatron-Core's token-drop recipe, ``--moe-expert-capacity-factor`` with
 ``--moe-pad-expert-input-to-capacity``, every expert computing its full capacity), and
 ``model``: a preset or bundled Hugging Face config (MoE, MLA) that replaces the architecture
@@ -234,6 +235,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "cp_algorithm": _cell(row, "cp_algorithm", "ring"), "cp_a2a": _int(row, "cp_a2a", 0),
         "zero": _int(row, "zero", 0), "recompute": _cell(row, "recompute", "none"),
         "recompute_layers": _int(row, "recompute_layers", 0),
+        "offload_activation_layers": _int(row, "offload_activation_layers", 0),
         "recompute_modules": _cell(row, "recompute_modules").split(),
         "layers_per_stage": _ints(row, "layers_per_stage"),
         "virtual_stages": v,
