@@ -151,6 +151,48 @@ def test_a_flag_column_that_is_not_true_or_false_names_the_field(catalog):
         row_config(dict(row, tp_comm_overlap="yes"), catalog)
 
 
+def _table(tmp_path, header: list[str], rows: list[list[str]]):
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        csv.writer(fh).writerows([header, *rows])
+    return path
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"precision": "fp7"}, "precision: expected one of fp32|fp16|bf16|fp8|nvfp4, got 'fp7'"),
+    ({"gpu": "h100"}, "gpu: unknown device 'h100'; did you mean"),
+    ({"recompute": "some"}, "recompute: expected one of none|selective|full|op|modules"),
+])
+def test_a_bad_cell_is_reported_under_its_column(catalog, tmp_path, change, expected):
+    """The table's column (``precision``), not the run-config field it is read into
+    (``training.precision``)."""
+    row = next(csv.DictReader(open(RUNS)))
+    path = _table(tmp_path, list(row), [list(dict(row, **change).values())])
+    [outcome] = validate_rows(path, catalog)
+    assert outcome.problem.startswith(expected)
+
+
+@pytest.mark.parametrize("header, rows, expected", [
+    (["id", "measured_step_time_s", "atention"], [["a", "1", "flash"]],
+     "unknown column 'atention'; did you mean attention?"),
+    (["id", "measured_step_time_s"], [["a", "1"], ["b", "1", "x"]],
+     "line 3 has more cells than the header"),
+])
+def test_a_table_whose_columns_are_wrong_is_refused(catalog, tmp_path, header, rows, expected):
+    """A misspelt column would otherwise be ignored and the row run with the default."""
+    from clustersim.hardware_specs import SpecError
+    with pytest.raises(SpecError, match=f"--runs: .*runs.csv: {expected}"):
+        validate_rows(_table(tmp_path, header, rows), catalog)
+
+
+@pytest.mark.parametrize("table", sorted(p.name for p in (REPO / "analysis/data").glob(
+    "published_runs_*.csv") if p.name != "published_runs_cnn.csv"))
+def test_every_bundled_table_uses_known_columns_only(table):
+    from clustersim.analysis.validation.published import COLUMNS
+    header = next(csv.reader((REPO / "analysis/data" / table).open()))
+    assert [c for c in header if c not in COLUMNS] == []
+
+
 def test_a_node_column_runs_the_row_on_that_node(catalog):
     """BLOOM-176B trained on Jean Zay's A100 nodes with 4 Omni-Path links each, not on DGX A100s
     with 8 HDR NICs; the ``node`` column says so and the row runs there."""

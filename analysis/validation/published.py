@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clustersim.hardware_specs import Catalog, SpecError
+from clustersim.hardware_specs.fields import did_you_mean
 from clustersim.hardware_specs.textfile import read_csv_rows
 from clustersim.simulator import SimulationOptions
 from clustersim.workloads import Job
@@ -49,6 +50,23 @@ from clustersim.analysis.tables import render
 ARCHITECTURE = ("layers", "hidden", "heads", "vocab")
 REQUIRED = ("id", *ARCHITECTURE, "seq_len", "global_batch", "gpu", "num_gpus", "tp", "pp", "dp",
             "measured_step_time_s")
+SOFTWARE_COLUMNS = ("attention", "zero3_granularity", "zero3_prefetch")
+"""Columns that override what ``software_of`` infers from the source's date."""
+TRAINING_COLUMNS = ("fp8_recipe", "fp8_param_gather", "fp8_saved_inputs", "cross_entropy",
+                    "fp32_grad_reduce")
+"""Columns passed to the training spec as written (absent: its defaults)."""
+FLAG_COLUMNS = ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather", "moe_a2a_overlap",
+                "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+"""Strategy switches (absent: false)."""
+COLUMNS = frozenset((*REQUIRED, *SOFTWARE_COLUMNS, *TRAINING_COLUMNS, *FLAG_COLUMNS,
+                     "source", "notes", "step_time_basis", "measured_peak_memory_gib", "model",
+                     "model_name", "moe", "ffn_hidden", "kv_heads", "mlp", "micro_batch", "node",
+                     "gpus_per_node", "cp", "ep", "etp", "zero", "recompute", "recompute_layers",
+                     "recompute_modules", "layers_per_stage", "virtual_stages", "schedule",
+                     "precision", "ep_dispatcher", "cp_algorithm", "cp_a2a", "capacity_factor",
+                     "offload_activation_layers"))
+"""Every column a table may have (the module docstring says what each means); another is a
+typo that would otherwise be ignored."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +146,7 @@ def software_of(row: dict) -> dict:
     if date is not None and date < PYTORCH_FSDP:
         out["zero3_granularity"] = "tensor"
         out["zero3_prefetch"] = "none"
-    for key in ("attention", "zero3_granularity", "zero3_prefetch"):
+    for key in SOFTWARE_COLUMNS:
         if _cell(row, key):
             out[key] = _cell(row, key)
     return out
@@ -218,19 +236,14 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "micro_batch": _int(row, "micro_batch", 1),
         "precision": _cell(row, "precision", "bf16"),
         "attention": software.get("attention", "flash"),
-        **{key: _cell(row, key) for key in ("fp8_recipe", "fp8_param_gather", "fp8_saved_inputs",
-                                            "cross_entropy", "fp32_grad_reduce")
-           if _cell(row, key)},
+        **{key: _cell(row, key) for key in TRAINING_COLUMNS if _cell(row, key)},
         **_token_drop(row),
     })
     v = _int(row, "virtual_stages", 1)
     strategy = strategy_from_mapping({
         "tp": _int(row, "tp"), "pp": _int(row, "pp"), "dp": _int(row, "dp"),
         "cp": _int(row, "cp", 1), "ep": _int(row, "ep", 1),
-        **{flag: _cell(row, flag, "false")
-           for flag in ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather",
-                        "moe_a2a_overlap", "account_for_embedding_in_pipeline_split",
-                        "account_for_loss_in_pipeline_split")},
+        **{flag: _cell(row, flag, "false") for flag in FLAG_COLUMNS},
         "ep_dispatcher": _cell(row, "ep_dispatcher", "alltoall"), "etp": _int(row, "etp", 0),
         "cp_algorithm": _cell(row, "cp_algorithm", "ring"), "cp_a2a": _int(row, "cp_a2a", 0),
         "zero": _int(row, "zero", 0), "recompute": _cell(row, "recompute", "none"),
@@ -260,6 +273,13 @@ def validate_rows(path: Path, catalog: Catalog, options: SimulationOptions = DEF
         raise SpecError("--runs", f"{path} has no runs (expected a header and one row per run)")
     if "measured_step_time_s" not in rows[0]:
         raise SpecError("--runs", f"{path} lacks the measured_step_time_s column")
+    longer = next((i for i, row in enumerate(rows) if None in row), None)
+    if longer is not None:           # csv.DictReader files the extra cells under None
+        raise SpecError("--runs", f"{path}: line {longer + 2} has more cells than the header")
+    unknown = [column for column in rows[0] if column not in COLUMNS]
+    if unknown:
+        raise SpecError("--runs", f"{path}: unknown column {unknown[0]!r}"
+                                  f"{did_you_mean(str(unknown[0]), COLUMNS)}")
     outcomes = []
     bar = show_progress(len(rows), "validate", "run", progress)
     for row in rows:
@@ -275,13 +295,24 @@ def _outcome(row: dict, catalog: Catalog, options: SimulationOptions) -> RowOutc
         measured = _measured(row)
         measured_peak = _measured_peak(row)
         config = row_config(row, catalog)
-    except (SpecError, ValueError) as err:
+    except SpecError as err:
+        return RowOutcome(rid, math.nan, problem=str(_as_column(err, row)))
+    except ValueError as err:
         return RowOutcome(rid, math.nan, problem=str(err))
     report = run_step(config, options=options)
     reserved = max(s.memory.allocator_reserved for s in report.memory) / GIB
     return RowOutcome(rid, measured, report.result.step_time_s, report.result.fits_in_memory,
                       mfu=report.result.mfu, measured_peak_gib=measured_peak,
                       predicted_peak_gib=reserved)
+
+
+def _as_column(err: SpecError, row: dict) -> SpecError:
+    """The error with the table's column for its field: ``precision`` where the run config
+    it was read into says ``training.precision``."""
+    section, _, key = err.field.partition(".")
+    if section in ("training", "strategy", "cluster") and key in row:
+        return SpecError(key, err.message)
+    return err
 
 
 @dataclass(frozen=True)
