@@ -130,3 +130,14 @@ def test_every_command_checks_every_section_of_a_config(tmp_path, command, secti
     path.write_text("model: llama3-8b\ntraining: {seq_len: 2048, global_batch: 16}\n"
                     f"strategy: {{dp: 8}}\ncluster: {{gpu: h100-sxm, num_gpus: 8}}\n{section}\n")
     assert _one_error_line(*_run(_argv(command, path, tmp_path))).startswith(expected)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"x": 1}', "malformed trace JSON: missing key 'world_size'"),
+    ("[1, 2]", "expected a JSON object with world_size, programs and group_sets, got list"),
+])
+def test_a_trace_file_that_is_not_a_trace_says_what_it_lacks(tmp_path, text, expected):
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    line = _one_error_line(*_run(["trace", "export", str(path), "--out", str(tmp_path / "c")]))
+    assert line == f"error: trace: {path}: {expected}"

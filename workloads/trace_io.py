@@ -115,6 +115,9 @@ def op_from_dict(d: dict) -> Op:
 
 
 def trace_from_dict(data: dict) -> Trace:
+    if not isinstance(data, dict):
+        raise SpecError("trace", f"expected a JSON object with world_size, programs and "
+                                 f"group_sets, got {type(data).__name__}")
     try:
         trace = Trace(
             world_size=int(data["world_size"]),
@@ -130,7 +133,9 @@ def trace_from_dict(data: dict) -> Trace:
             meta=dict(data.get("meta", {})),
             version=int(data.get("version", 0)),
         )
-    except (KeyError, TypeError, ValueError) as err:
+    except KeyError as err:
+        raise SpecError("trace", f"malformed trace JSON: missing key {err}") from None
+    except (TypeError, ValueError) as err:
         raise SpecError("trace", f"malformed trace JSON: {err}") from None
     return validate(trace)
 
@@ -140,4 +145,8 @@ def save_trace(trace: Trace, path: Path) -> None:
 
 
 def load_trace(path: Path) -> Trace:
-    return trace_from_dict(load_json(path, "trace"))
+    data = load_json(path, "trace")
+    try:
+        return trace_from_dict(data)
+    except SpecError as err:
+        raise SpecError(err.field, f"{path}: {err.message}") from None
