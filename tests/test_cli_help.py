@@ -62,3 +62,21 @@ def test_compare_reads_a_bundled_example_by_name_as_its_help_shows():
     from clustersim.analysis.sweeps.compare import variants
     [(name, raw, folder)] = variants(["llama3_8b_fsdp"], [])
     assert name == "llama3-8b-fsdp-8" and folder == EXAMPLES_DIR and raw["model"]
+
+
+def _options(parser: argparse.ArgumentParser, command: tuple[str, ...] = ()):
+    """(command, option) for every argument of every command and step, help flags aside."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options(sub, (*command, name))
+        elif not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            yield command, action
+
+
+def test_every_option_of_every_command_says_what_it_is():
+    """``--help`` of each command and step explains each argument (``--out DIR`` alone did not
+    say what went there)."""
+    silent = [f"{' '.join(c)} {a.option_strings or a.dest}" for c, a in _options(build_parser())
+              if not a.help]
+    assert not silent

@@ -18,7 +18,9 @@ from pathlib import Path
 
 from clustersim.hardware_specs import SpecError, load_catalog
 
-from clustersim.analysis.cli.common import add_catalog_option, add_command, output_path, write_json
+from clustersim.analysis.cli.common import (
+    add_catalog_option, add_command, non_negative_int, output_path, positive_int, write_json,
+)
 
 MICROBENCH_FILE = "microbench.json"
 BUSY_HOST_CORES = 0.25
@@ -55,7 +57,8 @@ def _sizes(text: str, field: str) -> tuple[int, ...]:
 
 def _add_measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank (default 1)")
+    p.add_argument("--threads", type=positive_int, default=1,
+                   help="intra-op threads per rank (default 1)")
 
 
 def _add_fit_options(p: argparse.ArgumentParser) -> None:
@@ -69,10 +72,14 @@ def _add_validate_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES),
                    help=f"comma-separated, e.g. dp2,fsdp2,tp2,pp2,pp2xdp2 (default: "
                         f"{','.join(DEFAULT_STRATEGIES)})")
-    p.add_argument("--repeat", type=int, default=1, help="real runs per strategy (median)")
-    p.add_argument("--steps", type=int, default=10, help="timed steps per run (default 10)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat", type=positive_int, default=1,
+                   help="real runs per strategy (median)")
+    p.add_argument("--steps", type=positive_int, default=10,
+                   help="timed steps per run (default 10)")
+    p.add_argument("--warmup", type=non_negative_int, default=3,
+                   help="untimed steps first (default 3)")
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed of the calibration model's weights and data (default 0)")
     p.add_argument("--baseline", default=None,
                    help="also predict with this uncalibrated catalog device (default: the "
                         "profile's base entry; 'none' to skip)")
@@ -89,24 +96,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     cmds = p.add_subparsers(dest="calibrate_command", required=True, metavar="STEP")
 
     mb = cmds.add_parser("microbench", help="measure kernels and collectives with torch")
-    mb.add_argument("--out", type=output_path, required=True, metavar="DIR")
+    mb.add_argument("--out", type=output_path, required=True, metavar="DIR",
+                    help="folder to write microbench.json into")
     mb.add_argument("--quick", action="store_true", help="a small subset (smoke tests)")
     mb.add_argument("--world-sizes", default="", help="collective world sizes (default: 2 up "
                                                       "to the ranks, powers of two)")
-    mb.add_argument("--ranks", type=int, default=0, help="compute ranks run at once "
+    mb.add_argument("--ranks", type=non_negative_int, default=0, help="compute ranks run at once "
                                                          "(default: one per core or GPU)")
     _add_measure_options(mb)
     mb.set_defaults(func=run_microbench)
 
     ft = cmds.add_parser("fit", help="fit a hardware profile from microbenchmarks")
     ft.add_argument("prof", metavar="DIR", help="folder with microbench.json")
-    ft.add_argument("--out", type=output_path, required=True, metavar="FILE.yaml")
+    ft.add_argument("--out", type=output_path, required=True, metavar="FILE.yaml",
+                    help="the fitted profile, a catalog file for --catalog")
     _add_fit_options(ft)
     add_catalog_option(ft)
     ft.set_defaults(func=run_fit)
 
     va = cmds.add_parser("validate", help="real training vs prediction for several strategies")
-    va.add_argument("--profile", required=True, metavar="FILE.yaml")
+    va.add_argument("--profile", required=True, metavar="FILE.yaml",
+                    help="profile that `calibrate fit` wrote")
     va.add_argument("--json", type=output_path, metavar="OUT", help="write the rows as JSON")
     va.add_argument("--report", metavar="OUT.md", help="write a Markdown report with a plot")
     _add_validate_options(va)
@@ -115,7 +125,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     va.set_defaults(func=run_validate)
 
     al = cmds.add_parser("all", help="microbench, fit and validate in one go")
-    al.add_argument("--out", type=output_path, required=True, metavar="DIR")
+    al.add_argument("--out", type=output_path, required=True, metavar="DIR",
+                    help="folder for the measurements, profile.yaml and the report")
     al.add_argument("--quick", action="store_true", help="a small microbenchmark subset")
     _add_fit_options(al)
     _add_validate_options(al)

@@ -22,15 +22,23 @@ def add_command(sub: argparse._SubParsersAction, name: str, *, help: str,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-def positive_int(text: str) -> int:
-    """argparse type for counts (workers, rows): a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
+def int_at_least(minimum: int):
+    """argparse type for a whole number >= ``minimum``: counts, seeds, warm-up steps."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, "
+                                             f"got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+positive_int = int_at_least(1)
+"""argparse type for counts (workers, rows): a whole number >= 1."""
+non_negative_int = int_at_least(0)
 
 
 def output_path(text: str) -> str:

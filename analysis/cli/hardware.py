@@ -89,7 +89,8 @@ def register(sub) -> None:
         ("clustersim hardware list", "every device, node, fabric, memory tier and failure model"),
         ("clustersim hardware show h100-sxm", "one entry with its units and sources"),
     ])
-    p.add_argument("action", choices=["list", "show"])
+    p.add_argument("action", choices=["list", "show"],
+                   help="list every entry, or show one by name")
     p.add_argument("name", nargs="?", help="device, node, fabric, tier or failure model")
     p.add_argument("--json", dest="json_out", action="store_true", help="print JSON")
     add_catalog_option(p)

@@ -36,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     cmds = p.add_subparsers(dest="trace_command", required=True, metavar="STEP")
     im = cmds.add_parser("import", help="Kineto or Chakra JSON -> our trace JSON")
     im.add_argument("files", nargs="+", metavar="FILE", help="one file per rank, or a folder")
-    im.add_argument("--out", type=output_path, required=True, metavar="TRACE.json")
+    im.add_argument("--out", type=output_path, required=True, metavar="TRACE.json",
+                    help="the trace to write (a config runs it as workload: {trace: ...})")
     im.add_argument("--world-size", type=positive_int, metavar="N",
                     help="one rank's file stands for a symmetric job of N ranks")
     im.add_argument("--recorded-on", metavar="DEVICE",
@@ -45,18 +46,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_catalog_option(im)
     im.set_defaults(func=run_import)
     ex = cmds.add_parser("export", help="our trace (or a config's step) -> Chakra JSON")
-    ex.add_argument("source", metavar="TRACE.json|CONFIG")
-    ex.add_argument("--out", type=output_path, required=True, metavar="DIR")
+    ex.add_argument("source", metavar="TRACE.json|CONFIG",
+                    help="a trace, a config file or a bundled example's name")
+    ex.add_argument("--out", type=output_path, required=True, metavar="DIR",
+                    help="folder for the Chakra JSON files")
     ex.add_argument("--every-rank", action="store_true", help="one file per rank")
     ex.add_argument("--stem", default="chakra", help="file names STEM.<rank>.json")
     add_catalog_option(ex)
     ex.set_defaults(func=run_export)
     rc = cmds.add_parser("record", help="record the calibration GPT with torch.profiler")
     rc.add_argument("--strategy", default="dp2", help="dp1, dp2, tp2, fsdp2... (default dp2)")
-    rc.add_argument("--out", type=output_path, required=True, metavar="DIR")
+    rc.add_argument("--out", type=output_path, required=True, metavar="DIR",
+                    help="folder for the profiler traces and their timings")
     rc.add_argument("--pairs", type=positive_int, default=5,
                     help="untraced + traced step pairs, interleaved (default 5)")
-    rc.add_argument("--warmup", type=positive_int, default=3)
+    rc.add_argument("--warmup", type=positive_int, default=3,
+                    help="untimed steps first (default 3)")
     rc.add_argument("--hidden", type=positive_int, help="model width (default: calibration's)")
     rc.add_argument("--global-batch", type=positive_int,
                     help="sequences per step (default: calibration's 16)")
