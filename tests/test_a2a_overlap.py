@@ -1,7 +1,7 @@
 """Megatron-Core's 1F1B all-to-all overlap (``moe_a2a_overlap``): the merged schedule pairs
 independent passes, hides expert all-to-alls under the other pass's compute, never beats the
-busier of the compute stream and the EP stream, and changes nothing where there is no
-all-to-all to hide."""
+busier of the compute stream and the EP stream, holds one layer of activations more than the
+plain schedule, and changes nothing where there is no all-to-all to hide."""
 
 import pytest
 
@@ -10,8 +10,10 @@ from clustersim.simulator import simulate
 from clustersim.workloads import Job, Strategy, TrainingSpec
 from clustersim.workloads.builder import build_trace
 from clustersim.workloads.layer_ops import Pass
+from clustersim.workloads.memory import layer_activation_bytes, stage_memory
 from clustersim.workloads.model import from_mapping
 from clustersim.workloads.strategies.pipeline import stage_order, steps
+from clustersim.workloads.stages import stage_plans
 from clustersim.workloads.strategy import Schedule, strategy_from_mapping
 from clustersim.workloads.trace import CollectiveOp, ComputeOp, Stream
 
@@ -113,3 +115,17 @@ def test_overlap_refuses_what_megatron_core_refuses(over, message):
         Job(from_mapping(SMALL_MOE), training, strategy_from_mapping(data)).checked(
             data["dp"] * data.get("pp", 1))
     assert "strategy.moe_a2a_overlap" in str(err.value)
+
+
+@pytest.mark.parametrize("pp, v, micro", [(1, 1, 8), (2, 2, 8), (1, 1, 1)])
+def test_the_merged_schedule_holds_one_layer_more_not_one_micro_batch(pp, v, micro):
+    # Megatron-LM pairs forward layer j with backward layer L - 1 - j and frees each backward
+    # layer after its pair (model_chunk_schedule_plan.py): at the peak both passes hold one
+    # layer beyond the plain schedule's sets; with one micro-batch there is no pair at all.
+    plain, merged = (_job(o, pp=pp, v=v, dp=8 // pp, ep=8 // pp, micro=micro)
+                     for o in (False, True))
+    plan = stage_plans(plain.model, plain.strategy)[0]
+    layer = layer_activation_bytes(plain.model, plain.training, plain.strategy)
+    extra = (stage_memory(merged.model, merged.training, merged.strategy, plan).memory.activations
+             - stage_memory(plain.model, plain.training, plain.strategy, plan).memory.activations)
+    assert extra == pytest.approx(layer if micro > 1 else 0.0, rel=1e-12)

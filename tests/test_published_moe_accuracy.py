@@ -46,19 +46,13 @@ NATURAL = ("natural routing (the recipe's auxiliary loss, steps 91-100 from rand
            "the model's balanced routing: no tokens-per-expert distribution is published for this "
            "run, so expert_skew is not set (its forced-routing twin: "
            "tests/test_published_moe_pairs.py)")
-PAGED_STASH = ("exceeds memory as modelled: no recompute, the 1F1B all-to-all overlap holding "
-               "two micro-batches, and the recipe's MoE paged stash (moe_paged_stash with a CPU "
-               "overflow buffer) not modelled")
 OFF = {
     "mbcard_qwen3_30b_a3b_h100_16gpu_bf16_hybridep_a2a_overlap": "-16.9%: the 1F1B all-to-all "
     "overlap takes 4.70 s off the step as modelled, 3.72 s as measured (its no-overlap twin "
     "-10.4%; the source's profile: 36.55% of the communication hidden); not identified",
     "mbcard_qwen3_30b_a3b_h100_16gpu_bf16_natural_routing": "-26.9%: " + NATURAL,
-    "mbcard_qwen3_30b_a3b_gb200_8gpu_mxfp8_tuned": "-1.8% but " + PAGED_STASH,
     "mbcard_qwen3_30b_a3b_gb200_8gpu_mxfp8_natural_routing": "-48.4%: " + NATURAL + "; TE-scoped "
-    "CUDA graphs instead of the tuned row's full-iteration graphs (host time not modelled); and "
-    + PAGED_STASH,
-    "mbcard_qwen3_30b_a3b_gb300_8gpu_mxfp8_tuned": "+11.5% but " + PAGED_STASH,
+    "CUDA graphs instead of the tuned row's full-iteration graphs (host time not modelled)",
     "mb2511_qwen3_30b_a3b_h100_16gpu_fp8": "predicted 2.8x as fast (-64%): 16 experts of 768 per "
     "GPU, 2 sequences per micro-batch, 24 one-layer chunks per stage, the recipe's 1F1B all-to-all "
     "overlap; its 25.09 token-drop twin "

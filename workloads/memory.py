@@ -16,7 +16,7 @@ Sources:
 - In-flight micro-batches: 1F1B keeps pp - i on stage i, GPipe all m, the interleaved schedule
   multiplies stage 0's by (1 + (pp - 1) / (pp v)) (Korthikanti sec. 4.2.3; Megatron-LM's
   ``get_num_warmup_microbatches``); the 1F1B all-to-all overlap's merged schedule holds one
-  micro-batch (one chunk) more, for its extra warm-up forward; DualPipe PP + 1 micro-batches of
+  layer more (``inflight_layer_sets``); DualPipe PP + 1 micro-batches of
   one of its two chunks (DeepSeek-V3 report, arXiv 2412.19437 Table 2).
 """
 
@@ -176,6 +176,8 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
         split -= mlp
     elif RecomputeModule.MOE_ACT in modules and moe:   # the routed experts' fc2 inputs
         split -= f * per * m.top_k * m.expert_ffn
+    if moe and st.moe_paged_stash_buffer and RecomputeModule.MOE not in modules:
+        whole += (st.moe_paged_stash_buffer - 1.0) * _routed_saved_bytes(m, t, st, per, modules)
     core = 0.0
     if t.attention is AttentionKernel.STANDARD and st.recompute is Recompute.NONE:
         scores = per * m.heads * t.seq_len    # b a s_local s
@@ -183,6 +185,19 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
     elif t.attention.fused:
         core = 4.0 * per * m.heads            # FP32 log-sum-exp per query and head
     return replicated / (tp if sp else 1) + whole + (split + core) / tp
+
+
+def _routed_saved_bytes(model: TransformerSpec, training: TrainingSpec, strategy: Strategy,
+                        tokens: float, modules: tuple[RecomputeModule, ...]) -> float:
+    """What the routed experts' fused grouped MLP saves for its backward on one device, at
+    balanced routing: its fc1 input (each token's copy per expert), fc1 output and fc2 input.
+    These are the tensors Megatron-Core's paged stash copies into its buffer (``experts.py``:
+    the grouped MLP runs inside ``get_paged_stash_context``; ``moe/paged_stash.py``,
+    ``allocate_stash_buffers`` sizes the CUDA buffer at the factor times the average tokens)."""
+    m, e, f = model, training.precision.activation_bytes, linear_input_bytes(training)
+    act_in = 2 * e if m.mlp is Mlp.SWIGLU else e
+    fc2_in = 0.0 if RecomputeModule.MOE_ACT in modules else f
+    return tokens * m.top_k * (f * m.hidden + m.expert_ffn * (act_in + fc2_in) / strategy.tp)
 
 
 def linear_input_bytes(training: TrainingSpec) -> float:
@@ -233,18 +248,27 @@ def _sbh(model: TransformerSpec, training: TrainingSpec, strategy: Strategy) -> 
 
 
 def inflight_layer_sets(plan: StagePlan, strategy: Strategy, micro: int) -> float:
-    """Layer-micro-batch activation sets stage ``plan.stage`` holds at its peak."""
+    """Layer-micro-batch activation sets stage ``plan.stage`` holds at its peak.
+
+    The 1F1B all-to-all overlap runs one more warm-up forward, then pairs the next forward
+    with the oldest backward layer by layer (forward layer j with backward layer L - 1 - j,
+    each backward layer released after its pair: Megatron-LM ``model_chunk_schedule_plan.py``,
+    ``TransformerModelChunkSchedulePlan.run``; ``combined_1f1b.py`` for PP = 1). Its peak is
+    the plain schedule's chunks plus the one layer both passes hold during a pair, not one
+    more micro-batch."""
     pp, v, i = strategy.pp, strategy.virtual_stages, plan.stage
-    merged = int(strategy.moe_a2a_overlap)   # its one more warm-up forward
     if strategy.schedule is Schedule.GPIPE:
         return float(micro * plan.layers)
     if strategy.schedule is Schedule.DUALPIPE:
         # PP + 1 micro-batches of one chunk (DeepSeek-V3 report, Table 2).
         return min(pp + 1, micro) * plan.layers / 2
     if strategy.schedule is Schedule.INTERLEAVED and v > 1:
-        chunks = min(2 * (pp - i - 1) + (v - 1) * pp + 1 + merged, micro * v)
-        return chunks * plan.layers / v
-    return float(min(pp - i + merged, micro) * plan.layers)
+        held, most = 2 * (pp - i - 1) + (v - 1) * pp + 1, micro * v
+        layers = plan.layers / v
+    else:
+        held, most, layers = pp - i, micro, float(plan.layers)
+    paired = 1.0 if strategy.moe_a2a_overlap and held < most else 0.0
+    return min(held, most) * layers + paired
 
 
 @dataclass(frozen=True, slots=True)

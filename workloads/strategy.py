@@ -184,6 +184,11 @@ class Strategy:
     all-to-alls of one under the compute of the other (``workloads/strategies/pipeline.py``).
     Needs ep > 1, no full recompute, and with pp > 1 the interleaved schedule, as Megatron-Core
     requires."""
+    moe_paged_stash_buffer: float = 0.0
+    """Megatron-Core's MoE paged stash (``--moe-paged-stash``): the routed experts' saved
+    activations are copied into one preallocated paged buffer of this many times their balanced
+    size (``--moe-paged-stash-buffer-size-factor-cuda``, 1.10 by default, 1.2 in
+    Megatron-Bridge's full-iteration-graph recipes); 0: no paged stash."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism: norms/dropout split over TP; all-gather + reduce-scatter."""
     schedule: Schedule = Schedule.ONE_F_ONE_B
@@ -308,6 +313,7 @@ class Strategy:
                 "cp_algorithm": self.cp_algorithm.value, "cp_a2a": self.cp_a2a,
                 "ep": self.ep, "etp": self.etp, "ep_dispatcher": self.ep_dispatcher.value,
                 "moe_a2a_overlap": self.moe_a2a_overlap,
+                "moe_paged_stash_buffer": self.moe_paged_stash_buffer,
                 "sequence_parallel": self.sequence_parallel, "schedule": self.schedule.value,
                 "virtual_stages": self.virtual_stages, "recompute": self.recompute.value,
                 "recompute_layers": self.recompute_layers,
@@ -342,6 +348,7 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
         etp=f.integer("etp", 0, minimum=0),
         ep_dispatcher=f.choice("ep_dispatcher", Dispatcher, Dispatcher.ALLTOALL),
         moe_a2a_overlap=f.boolean("moe_a2a_overlap", False),
+        moe_paged_stash_buffer=f.number("moe_paged_stash_buffer", 0.0, minimum=0.0),
         sequence_parallel=f.boolean("sequence_parallel", False),
         schedule=f.choice("schedule", Schedule, Schedule.ONE_F_ONE_B),
         virtual_stages=f.integer("virtual_stages", 1, minimum=1),
@@ -579,8 +586,8 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
     _check_context(s, model, path)
     if model.is_moe:
         _check_experts(s, model, path)
-    elif s.ep != 1 or s.etp:
-        field = "ep" if s.ep != 1 else "etp"
+    elif s.ep != 1 or s.etp or s.moe_paged_stash_buffer:
+        field = "ep" if s.ep != 1 else "etp" if s.etp else "moe_paged_stash_buffer"
         raise SpecError(f"{path}.{field}", f"{getattr(s, field)} needs a mixture-of-experts model "
                         "(model.num_experts > 1)")
     if s.ep_dispatcher is not Dispatcher.ALLTOALL and s.ep == 1:

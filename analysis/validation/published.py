@@ -14,7 +14,8 @@ Hopper and torchao's 16-bit saved inputs, is set in its rows' columns with the e
 moe_a2a_overlap, account_for_embedding_in_pipeline_split and
 account_for_loss_in_pipeline_split (absent: false), recompute_modules (with recompute
 ``modules``: Megatron-Core's module names separated by spaces), offload_activation_layers
-(Megatron-Core's ``cpu_offloading_num_layers``; absent: 0), capacity_factor (absent:
+(Megatron-Core's ``cpu_offloading_num_layers``; absent: 0), moe_paged_stash_buffer (absent:
+no MoE paged stash; set: its CUDA buffer factor), capacity_factor (absent:
 dropless; set: Megatron-Core's token-drop recipe, ``--moe-expert-capacity-factor`` with
 ``--moe-pad-expert-input-to-capacity``, every expert computing its full capacity), and
 ``model``: a preset or bundled Hugging Face config (MoE, MLA) that replaces the architecture
@@ -64,7 +65,7 @@ COLUMNS = frozenset((*REQUIRED, *SOFTWARE_COLUMNS, *TRAINING_COLUMNS, *FLAG_COLU
                      "gpus_per_node", "cp", "ep", "etp", "zero", "recompute", "recompute_layers",
                      "recompute_modules", "layers_per_stage", "virtual_stages", "schedule",
                      "precision", "ep_dispatcher", "cp_algorithm", "cp_a2a", "capacity_factor",
-                     "offload_activation_layers"))
+                     "offload_activation_layers", "moe_paged_stash_buffer"))
 """Every column a table may have (the module docstring says what each means); another is a
 typo that would otherwise be ignored."""
 
@@ -249,6 +250,8 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "zero": _int(row, "zero", 0), "recompute": _cell(row, "recompute", "none"),
         "recompute_layers": _int(row, "recompute_layers", 0),
         "offload_activation_layers": _int(row, "offload_activation_layers", 0),
+        "moe_paged_stash_buffer": (_positive(row, "moe_paged_stash_buffer", "balanced shares")
+                                   if _cell(row, "moe_paged_stash_buffer") else 0.0),
         "recompute_modules": _cell(row, "recompute_modules").split(),
         "layers_per_stage": _ints(row, "layers_per_stage"),
         "virtual_stages": v,
