@@ -65,9 +65,9 @@ SETTLE_SHARE = 3 / 4
 """The longest a pair of steps that must outlast the pipeline's settling may run, with the
 shorter steps already tried (:func:`settle_counts`): a pipeline of TP16 stages on A100 settles
 about 5.5 micro-batches per stage after the first (GPT-3 175B, TP16 x PP32: 190 of 768), out of
-reach of :data:`SHORTER_SHARE`'s three steps. The first of the pair is dropped, before the
-second starts, when no round of it repeats the one before, so a step that never settles costs
-at most about SHORTER_SHARE + half of this more than its replay."""
+reach of :data:`SHORTER_SHARE`'s three steps. A step that never settles costs at most this
+much more than its replay, and about half of it when no two rounds of the pair's first step
+repeat (the second is then never run)."""
 
 STEADY_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
 """Schedules with a warm-up, a steady state and a drain (GPipe has no steady state; DualPipe's
