@@ -16,11 +16,6 @@ K``, every K-th of those points only (a spread of sizes in minutes; the totals a
     python benchmarks/bench_sweep.py
     python benchmarks/bench_sweep.py --gpt3 2
     python benchmarks/bench_sweep.py --gpt3 2 --sample 8
-
-Measured on the shared 2-core machine (load 7 to 9), process CPU seconds per point, before ->
-after 1F1B pipelines that settle late got a settled pair (``steady_state.settled_step``):
-TP16 x PP8 1F1B ZeRO-3 of 192 micro-batches 9.98 -> 6.46, TP16 x PP16 ZeRO-0 of 384 20.6 ->
-14.9 (side by side), TP16 x PP32 ZeRO-0 of 768 45.9 against 64.3 for its full replay alone.
 """
 
 from __future__ import annotations

@@ -46,15 +46,6 @@ REPLAYED = {
 """Steps replayed in full: too short for their period, no steady state, or not the same in
 every micro-batch."""
 
-SETTLING = {"name": "settling", "model": {"name": "settling", "layers": 16, "hidden": 12288,
-                                          "heads": 96, "vocab": 51200},
-            "training": {"seq_len": 2048, "global_batch": 96},
-            "strategy": {"tp": 16, "pp": 4, "dp": 1, "zero": 3},
-            "cluster": {"gpu": "a100-80gb", "num_gpus": 64}}
-"""GPT-3 175B's layer on A100 with TP16 across two nodes: the pipeline settles only after
-about 16 micro-batches (each stage's transfers meet the next stage's on the shared NICs until
-the slowest stage's slack is used up), past what three shorter steps may cost."""
-
 MICROSECOND = 1e-6
 
 
@@ -151,7 +142,6 @@ def test_a_plan_that_cannot_finish_within_the_allowance_is_never_started(monkeyp
     first = probe_plans(cfg.job)[0]
     monkeypatch.setattr(steady_state, "SHORTER_SHARE",
                         (sum(first.counts) - 1) / cfg.job.micro_batches)
-    monkeypatch.setattr(steady_state, "SETTLE_SHARE", 0.0)   # no settle pair either
     started = []
 
     class Counting(StepSimulation):
@@ -184,37 +174,3 @@ def test_the_critical_summary_is_the_step_summary_of_its_class(name):
     assert kept.critical_class == full.critical_class
     assert kept.breakdown == full.breakdown
     assert kept.peak_memory_bytes / 1e9 == full.peak_memory_gb
-
-
-def test_a_pipeline_that_settles_late_comes_from_a_pair_past_its_settling(monkeypatch):
-    """Three shorter steps do not fit before the pipeline settles; a pair of longer steps, the
-    second the first with a round inserted and that round a repeat of the one before, gives
-    the full replay's point, and the shorter pairs that have not settled are refused."""
-    cfg = config_from_mapping(SETTLING)
-    options = replace(simulation_options(cfg), record=False)
-    full = point_of(simulate(build_trace(cfg.job), cfg.cluster, options))
-    settled = []
-    real = steady_state.settled_step
-    monkeypatch.setattr(steady_state, "settled_step", lambda runs: settled.append(
-        real(runs)) or settled[-1])
-    fast = simulate_job(cfg.job, cfg.cluster, options)
-    assert settled and settled[0] is not None   # the three-step plans all failed
-    assert_same_point(full, replace(fast, events=full.events))
-    runs = steady_state._Runs(cfg.job, cfg.cluster, options)
-    verdicts = {}
-    for first in (8, 17, 20):
-        (a, ra), (b, rb) = runs.of(first), runs.of(first + 1)
-        growth = rb.step_time_s - ra.step_time_s
-        verdicts[first] = (steady_state._inserted_round(a, b, growth),
-                           steady_state._settled_round(a, b, growth))
-    # 8: not yet one round apart; 17: one round apart, but the rounds before it still move
-    assert verdicts == {8: (False, False), 17: (True, False), 20: (True, True)}
-
-
-def test_the_settle_pair_fits_its_allowance_with_the_full_steps_shape():
-    cfg = config_from_mapping(SETTLING)
-    plan = steady_state.settle_counts(cfg.job, spent=11)
-    assert plan.counts == (30, 31) and plan.rounds_beyond == 96 - 31
-    assert sum(plan.counts) + 11 <= steady_state.SETTLE_SHARE * 96
-    assert steady_state.settle_counts(cfg.job, spent=70) is None
-    assert steady_state.settle_counts(config("interleaved").job, spent=0) is None

@@ -18,11 +18,7 @@ round) or exactly one round's growth later (after it). Then a round of the longe
 one before it, shifted, and by determinism so does every later round: the step is periodic and
 its time affine from there on. On top, every class's finish time and each part of the critical
 class's breakdown (what a sweep keeps) must grow by the same amount over both rounds, within
-:data:`TOLERANCE_S`. A 1F1B pipeline that settles too late for three shorter steps (TP16 across
-two nodes: about 5.5 micro-batches per stage) comes from a pair of longer steps instead
-(:func:`settled_step`): the longer is the shorter with a round inserted, op by op, and in it the
-inserted round and the one before each repeat the round before them, the same growth in every
-class. When anything fails, or when something is not the same in every micro-batch
+:data:`TOLERANCE_S`. When anything fails, or when something is not the same in every micro-batch
 (faults, interference, expanded ranks, per-op records for a trace, FP8 weight casts spread over
 the step's micro-batches, uneven data-parallel replicas), the step is replayed in full.
 """
@@ -61,14 +57,6 @@ step of 12 micro-batches per stage (``pp``) needs just over a quarter for its fi
 OP_TOLERANCE_S = 1e-9
 """Rounding allowed when two replays' op times are compared (sums of floats in another order)."""
 
-SETTLE_SHARE = 3 / 4
-"""The longest a pair of steps that must outlast the pipeline's settling may run, with the
-shorter steps already tried (:func:`settle_counts`): a pipeline of TP16 stages on A100 settles
-about 5.5 micro-batches per stage after the first (GPT-3 175B, TP16 x PP32: 190 of 768), out of
-reach of :data:`SHORTER_SHARE`'s three steps. A step that never settles costs at most this
-much more than its replay, and about half of it when no two rounds of the pair's first step
-repeat (the second is then never run)."""
-
 STEADY_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
 """Schedules with a warm-up, a steady state and a drain (GPipe has no steady state; DualPipe's
 phases depend on the micro-batch count)."""
@@ -76,11 +64,10 @@ phases depend on the micro-batch count)."""
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Probes:
-    """Shorter steps (three, or a pair past the settling) that may stand for a step of
-    ``micro_batches``."""
+    """Three shorter steps that may stand for a step of ``micro_batches``."""
 
     micro_batches: int
-    counts: tuple[int, ...]
+    counts: tuple[int, int, int]
     """Micro-batches of the shorter steps, one round apart."""
     round: int
     """Micro-batches per round of the schedule."""
@@ -88,7 +75,7 @@ class Probes:
     @property
     def rounds_beyond(self) -> int:
         """Rounds between the last shorter step and the full one."""
-        return (self.micro_batches - self.counts[-1]) // self.round
+        return (self.micro_batches - self.counts[2]) // self.round
 
 
 def replay_reason(job: Job, cluster: ClusterSpec, options: SimulationOptions) -> str | None:
@@ -132,25 +119,6 @@ def probe_plans(job: Job) -> list[Probes]:
                                 counts=(first, first + group, first + 2 * group)))
             first += -(-first // group) * group   # at least twice as many, one residue
     return sorted(plans, key=lambda p: (sum(p.counts), p.round))
-
-
-def settle_counts(job: Job, spent: int) -> Probes | None:
-    """The pair of steps, one micro-batch apart, as long as :data:`SETTLE_SHARE` allows with
-    ``spent`` micro-batches already run, with the full step's schedule shape (None: no room,
-    or an interleaved schedule). Interleaved pipelines of the GPT-3 175B sweep had not settled
-    at a third of their step (TP16 x PP8 of 192 micro-batches, TP32 x PP8 of 384: the rounds of
-    pp micro-batches still differed, stage by stage), so there the pair's first step would only
-    add a third to the replay."""
-    micro = job.micro_batches
-    if job.strategy.schedule is Schedule.INTERLEAVED and job.strategy.virtual_stages > 1:
-        return None
-    shape = _warmups(job, micro)
-    first = int((SETTLE_SHARE * micro - spent - 1) // 2)
-    while shape is not None and first > 0 and _warmups(job, first) != shape:
-        first -= 1
-    if shape is None or first <= 0 or first + 1 >= micro:
-        return None
-    return Probes(micro_batches=micro, round=1, counts=(first, first + 1))
 
 
 def _warmups(job: Job, micro: int) -> tuple[int, ...] | None:
@@ -219,116 +187,32 @@ def steady_step(job: Job, cluster: ClusterSpec, options: SimulationOptions) -> S
     next as soon as two of its steps are not one round apart op by op), or None when none of
     them is periodic within :data:`SHORTER_SHARE` of its micro-batches. A plan whose steps
     would not all fit in that allowance, with the steps already run, is never started: its
-    first steps would be wasted. Then a pair of longer steps past the pipeline's settling
-    (:func:`settled_step`)."""
-    runs = _Runs(job, cluster, options)
+    first steps would be wasted."""
+    done: dict[int, tuple[Replay, CriticalSummary]] = {}
+    totals: Trace | None = None
     budget = SHORTER_SHARE * job.micro_batches
     for plan in probe_plans(job):
-        if runs.spent + sum(m for m in plan.counts if m not in runs.done) > budget:
+        if sum(done) + sum(m for m in plan.counts if m not in done) > budget:
             continue   # it could not finish within the allowance: never start it
         periodic = True
-        for earlier, later in zip(plan.counts, plan.counts[1:]):
-            (a, ra), (b, rb) = runs.of(earlier), runs.of(later)
-            if not _inserted_round(a, b, rb.step_time_s - ra.step_time_s):
-                periodic = False
-                break
+        for earlier, later in ((None, plan.counts[0]), *zip(plan.counts, plan.counts[1:])):
+            if later not in done:
+                trace = build_trace(with_micro_batches(job, later))
+                replay = StepSimulation(trace, cluster, options).replay()
+                done[later] = replay, critical_summary(replay, trace)
+                totals = totals or replace(trace, model_flops=job.model_flops_per_step,
+                                           tokens=float(job.training.tokens_per_step))
+            if earlier is not None:
+                (a, ra), (b, rb) = done[earlier], done[later]
+                if not _inserted_round(a, b, rb.step_time_s - ra.step_time_s):
+                    periodic = False
+                    break
         if not periodic:
             continue
-        steady = extrapolate(plan, [runs.done[m][1] for m in plan.counts], runs.totals, cluster)
+        steady = extrapolate(plan, [done[m][1] for m in plan.counts], totals, cluster)
         if steady is not None:
-            return replace(steady, events=runs.events)
-    return settled_step(runs)
-
-
-class _Runs:
-    """The shorter steps of one job replayed so far, each once."""
-
-    def __init__(self, job: Job, cluster: ClusterSpec, options: SimulationOptions):
-        self.job, self.cluster, self.options = job, cluster, options
-        self.done: dict[int, tuple[Replay, CriticalSummary]] = {}
-        self.traces: dict[int, Trace] = {}
-        """Built before their replay (the settle pair's two op counts are compared first)."""
-        self.totals: Trace | None = None
-
-    @property
-    def spent(self) -> int:
-        return sum(self.done)
-
-    @property
-    def events(self) -> int:
-        return sum(r.events for _, r in self.done.values())
-
-    def trace(self, micro: int) -> Trace:
-        """The trace of ``micro`` micro-batches, kept until that step is replayed."""
-        if micro not in self.traces:
-            self.traces[micro] = build_trace(with_micro_batches(self.job, micro))
-        return self.traces[micro]
-
-    def of(self, micro: int) -> tuple[Replay, CriticalSummary]:
-        """The step of ``micro`` micro-batches, replayed (once) and summarised."""
-        if micro not in self.done:
-            trace = self.traces.pop(micro, None) or self.trace(micro)
-            replay = StepSimulation(trace, self.cluster, self.options).replay()
-            self.done[micro] = replay, critical_summary(replay, trace)
-            self.totals = self.totals or replace(
-                trace, model_flops=self.job.model_flops_per_step,
-                tokens=float(self.job.training.tokens_per_step))
-        return self.done[micro]
-
-
-def settled_step(runs: _Runs) -> StepPoint | None:
-    """The step from a pair of steps one round apart (:func:`settle_counts`), when the longer
-    is the shorter with a round inserted op by op and, in the longer, the inserted round and
-    the one before it each repeat the round before them (:func:`_settled_round`): the pipeline
-    had settled before the shorter step's drain, so every further round adds the same. None
-    when there is no room for the pair, when the shorter step never repeats a round (the longer
-    is then not run) or when either check fails."""
-    plan = settle_counts(runs.job, runs.spent)
-    if plan is None:
-        return None
-    first, second = plan.counts
-    shorter, longer = runs.trace(first), runs.trace(second)
-    lags = [len(longer.programs[p].ops) - len(shorter.programs[p].ops)
-            for p in range(len(shorter.programs))]
-    a, ra = runs.of(first)
-    if not all(_repeats_somewhere(tl.end_s, lags[tl.rank_class.program])
-               for tl in a.timelines):
-        return None
-    b, rb = runs.of(second)
-    if not _settled_round(a, b, rb.step_time_s - ra.step_time_s):
-        return None
-    steady = extrapolate(plan, [ra, rb], runs.totals, runs.cluster)
-    return None if steady is None else replace(steady, events=runs.events)
-
-
-def _repeats_somewhere(end_s, lag: int) -> bool:
-    """Whether two rounds of ``lag`` ops in a row each end a fixed time after the round before
-    (a timeline that has not settled anywhere is not worth a second, longer step)."""
-    end = np.asarray(end_s)
-    if lag <= 0 or len(end) < 3 * lag:
-        return False
-    steady = np.abs(np.diff(end[lag:] - end[:-lag])) <= OP_TOLERANCE_S
-    runs = np.diff(np.flatnonzero(np.concatenate(([True], ~steady, [True]))))
-    return int(runs.max()) - 1 >= 2 * lag - 1
-
-
-def _settled_round(shorter: Replay, longer: Replay, growth_s: float) -> bool:
-    """:func:`_inserted_round`, and in each class of ``longer`` the ops of the two rounds up to
-    where it parts from ``shorter`` and of the round after each end ``growth_s`` after the
-    same op a round before: the state the inserted round leaves is the one it found, shifted,
-    so a longer step inserts the same round again."""
-    if not _inserted_round(shorter, longer, growth_s):
-        return False
-    for a, b in zip(shorter.timelines, longer.timelines, strict=True):
-        end, later = np.asarray(a.end_s), np.asarray(b.end_s)
-        lag = len(later) - len(end)
-        parted = _leading(np.abs(later[:len(end)] - end) <= OP_TOLERANCE_S)
-        if parted < 2 * lag:
-            return False
-        window = later[parted - lag:parted + lag] - later[parted - 2 * lag:parted]
-        if not np.all(np.abs(window - growth_s) <= OP_TOLERANCE_S):
-            return False
-    return True
+            return replace(steady, events=sum(r.events for _, r in done.values()))
+    return None
 
 
 def _inserted_round(shorter: Replay, longer: Replay, growth_s: float) -> bool:
@@ -388,21 +272,21 @@ class _Line:
 
     rounds: int
 
-    def at(self, *values: float) -> float | None:
-        """The last value plus ``rounds`` times the last round's growth; from three values,
-        None when the two rounds grew by amounts so different that a drift at that rate would
-        move the result by more than :data:`TOLERANCE_S` (a second difference r kept for k
-        rounds adds r k (k+1) / 2). Two values: a settled pair, checked op by op instead."""
-        b, c = values[-2:]
-        growth, k = c - b, self.rounds
-        if len(values) == 3 and abs(growth - (b - values[0])) * k * (k + 1) / 2 > TOLERANCE_S:
+    def at(self, a: float, b: float, c: float) -> float | None:
+        """``c`` plus ``rounds`` times the last round's growth, or None when the two rounds
+        grew by amounts so different that a drift at that rate would move the result by more
+        than :data:`TOLERANCE_S` (a second difference r kept for k rounds adds r k (k+1) / 2)."""
+        growth, drift = c - b, (c - b) - (b - a)
+        k = self.rounds
+        if abs(drift) * k * (k + 1) / 2 > TOLERANCE_S:
             return None
         return c + k * growth
 
-    def breakdown(self, *parts: Breakdown) -> Breakdown | None:
-        values = {name: self.at(*(getattr(p, name) for p in parts)) for name in _PARTS}
-        exposed = {axis: self.at(*(p.exposed_comm_s[axis] for p in parts))
-                   for axis in parts[-1].exposed_comm_s}
+    def breakdown(self, a: Breakdown, b: Breakdown, c: Breakdown) -> Breakdown | None:
+        values = {name: self.at(getattr(a, name), getattr(b, name), getattr(c, name))
+                  for name in _PARTS}
+        exposed = {axis: self.at(a.exposed_comm_s[axis], b.exposed_comm_s[axis], value)
+                   for axis, value in c.exposed_comm_s.items()}
         if None in values.values() or None in exposed.values():
             return None
         return Breakdown(exposed_comm_s=exposed, **values)
