@@ -29,7 +29,9 @@ class Kernel:
     launches: int = 1
     """Kernels this record stands for, issued one after another: Transformer Engine's grouped
     GEMM (``GroupedLinear``) issues one cuBLAS GEMM per local expert over four streams
-    (``multi_stream_cublas_gemm``), each paying its own fixed cost."""
+    (``multi_stream_cublas_gemm``), each paying its own fixed cost; an element-wise record
+    may stand for a loop of small kernels (Megatron-Core's per-expert bias), each paying a
+    launch gap."""
 
 
 def gemm(name: str, m: int, n: int, k: int, elem: float, dtype: Dtype, batch: int = 1,
@@ -42,10 +44,11 @@ def gemm(name: str, m: int, n: int, k: int, elem: float, dtype: Dtype, batch: in
 
 
 def elementwise(name: str, elements: float, passes: float, elem: float,
-                op_class: OpClass = OpClass.ELEMENTWISE) -> Kernel:
+                op_class: OpClass = OpClass.ELEMENTWISE, launches: int = 1) -> Kernel:
     """``passes``: tensors of ``elements`` read or written (a norm reads x, writes y: 2);
-    ``op_class`` TRANSCENDENTAL for exp/erf/tanh per element (activations, softmax, loss)."""
-    return Kernel(name, op_class, 0.0, elements * passes * elem)
+    ``op_class`` TRANSCENDENTAL for exp/erf/tanh per element (activations, softmax, loss);
+    ``launches``: the separate kernels that move those bytes between them."""
+    return Kernel(name, op_class, 0.0, elements * passes * elem, launches=launches)
 
 
 def backward_of(kernels: tuple[Kernel, ...], elem: float) -> tuple[Kernel, ...]:
@@ -62,5 +65,6 @@ def backward_of(kernels: tuple[Kernel, ...], elem: float) -> tuple[Kernel, ...]:
             out.append(Kernel(f"{k.name}.bwd", k.op_class, 2.5 * k.flops, 2.0 * k.bytes,
                               k.m, k.n, k.k, k.batch, k.dtype))
         else:
-            out.append(Kernel(f"{k.name}.bwd", k.op_class, 2.0 * k.flops, 1.5 * k.bytes))
+            out.append(Kernel(f"{k.name}.bwd", k.op_class, 2.0 * k.flops, 1.5 * k.bytes,
+                              launches=k.launches))
     return tuple(out)

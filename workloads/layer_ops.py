@@ -169,10 +169,22 @@ class LayerOps:
         if s.ep > 1:  # the received rows, sorted from source-major to expert-major
             out.append(_elementwise("expert_sort", received * m.hidden, 2, e))
         # Transformer Engine's GroupedLinear: one cuBLAS GEMM per local expert.
-        out += [_gemm("expert_fc1", rows, up_n, m.hidden, e, gd, local_experts, local_experts),
-                _elementwise("expert_act", received * f, 3 if m.mlp is Mlp.SWIGLU else 2, e,
+        out.append(_gemm("expert_fc1", rows, up_n, m.hidden, e, gd, local_experts, local_experts))
+        if m.activation_clamp:
+            # Megatron-Core (fusions/fused_bias_geglu.py, weighted_bias_quick_geglu_impl, core
+            # 0.15-0.17) clamps each half of fc1's output and concatenates them before its fused
+            # activation: two clamps (read, write a half each) and a cat (read, write it all).
+            out.append(_elementwise("expert_clamp", received * up_n, 4, e, launches=3))
+        out += [_elementwise("expert_act", received * f, 3 if m.mlp is Mlp.SWIGLU else 2, e,
                              OpClass.TRANSCENDENTAL),
                 _gemm("expert_fc2", rows, m.hidden, f, e, gd, local_experts, local_experts)]
+        if m.bias:
+            # fc2's bias is returned unadded (skip_bias_add) and applied by TEGroupedMLP's
+            # _apply_bias (moe/experts.py, core 0.15-0.17): per local expert, bias x prob
+            # (written) and its sum with the expert's rows (read both, write), then one cat
+            # of all rows (read, write); fc1's bias rides in the GEMM's epilogue.
+            out.append(_elementwise("expert_fc2_bias", received * m.hidden, 6, e,
+                                    launches=2 * local_experts + 1))
         if s.ep > 1:
             out.append(_elementwise("expert_unsort", received * m.hidden, 2, e))
         # Read every expert output and its probability, write the weighted sum per token.
@@ -412,7 +424,7 @@ MODULE_KERNELS = {
     RecomputeModule.LAYERNORM: ("norm1", "norm2", "q_norm", "kv_norm"),
     RecomputeModule.MLA_UP_PROJ: ("q_up", "kv_up", "qkv_layout", "rotary"),
     RecomputeModule.MLP: ("fc1", "activation", "fc2"),   # a dense layer's; shared experts are shared*_
-    RecomputeModule.MOE_ACT: ("expert_act",),
+    RecomputeModule.MOE_ACT: ("expert_clamp", "expert_act"),   # the checkpointed bias_act_func
     RecomputeModule.MOE: (),
 }
 """Forward kernels each recomputed module reruns (their FP8 casts with them); the MoE block

@@ -90,6 +90,9 @@ class TransformerSpec:
     """Hidden width of one shared expert (0: the routed experts' width)."""
     router_bias: bool = False
     """A per-expert bias in the router (gpt-oss; DeepSeek-V3's ``e_score_correction_bias``)."""
+    activation_clamp: bool = False
+    """The experts' gated activation clamps its two inputs first (gpt-oss's ``swiglu_limit``:
+    gate at most the limit, linear half within plus or minus it)."""
     first_dense_layers: int = 0
     """The first k layers keep a dense MLP of ``ffn_hidden`` (DeepSeek-V3: 3, HF
     ``first_k_dense_replace``)."""
@@ -501,7 +504,7 @@ def _moe_and_attention_fields(f: Fields, d: Mapping) -> dict:
     out: dict = {key: f.integer(key, d.get(key, 0), minimum=0) for key in whole}
     for key in ("moe_layer_step", "expert_groups"):
         out[key] = f.integer(key, d.get(key, 1), minimum=1)
-    for key in ("router_bias", "qk_norm", "attention_sinks"):
+    for key in ("router_bias", "qk_norm", "attention_sinks", "activation_clamp"):
         out[key] = f.boolean(key, d.get(key, False))
     out["local_attention"] = f.choice("local_attention", LocalAttention,
                                       d.get("local_attention", "none"))

@@ -71,7 +71,7 @@ IRRELEVANT_KEYS: Mapping[str, str] = {
     **dict.fromkeys(("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps", "norm_eps",
                      "initializer_range", "init_device", "init_config", "rope_theta",
                      "rope_scaling", "rope_parameters", "rope_interleave", "attn_scale",
-                     "floor_scale", "attn_temperature_tuning", "swiglu_limit",
+                     "floor_scale", "attn_temperature_tuning",
                      "scale_attn_weights", "reorder_and_upcast_attn",
                      "scale_attn_by_inverse_layer_idx", "apply_residual_connection_post_layernorm",
                      "pretraining_tp", "logit_scale", "use_qk_norm", "learned_pos_emb",
@@ -226,7 +226,8 @@ class _HfConfig:
                                 "first k layers may be dense (a list 0, 1, ..., k-1)")
             out["first_dense_layers"] = len(dense)
         elif mt == "gpt_oss":
-            out.update(router_bias=True, attention_sinks=True)
+            out.update(router_bias=True, attention_sinks=True,
+                       activation_clamp=bool(self.get("swiglu_limit")))
             if self.get("experts_per_token") not in (None, values.get("top_k")):
                 raise SpecError(self.where("experts_per_token"), "differs from "
                                 "num_experts_per_tok")

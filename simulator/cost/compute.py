@@ -118,7 +118,7 @@ class ComputeModel:
     def kernel_time(self, k: Kernel) -> float:
         if k.op_class in MEMORY_BOUND:
             bw = self.device.memory_bandwidth * self.efficiency(k)
-            return LAUNCH_GAP_S + max(k.bytes / bw, k.flops / self.vector_peak)
+            return k.launches * LAUNCH_GAP_S + max(k.bytes / bw, k.flops / self.vector_peak)
         peak = self.device.flops(k.dtype)
         compute = k.flops / (peak * self.efficiency(k))
         return (LAUNCH_GAP_S + (k.launches - 1) * GROUPED_GEMM_LAUNCH_S
