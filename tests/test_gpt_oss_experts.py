@@ -4,6 +4,7 @@ weighted_bias_quick_geglu_impl), and fc2's bias is added per local expert by TEG
 _apply_bias (moe/experts.py). Models without biases or a clamp run neither."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -13,6 +14,7 @@ from clustersim.simulator.cost.compute import LAUNCH_GAP_S, ComputeModel
 from clustersim.workloads import Strategy, TrainingSpec
 from clustersim.workloads.kernels import elementwise
 from clustersim.workloads.layer_ops import LayerOps
+from clustersim.workloads.memory import layer_activation_bytes
 from clustersim.workloads.model_sources import bundled_config, from_hf_config, resolve
 from clustersim.workloads.strategy import Recompute, RecomputeModule
 
@@ -74,3 +76,16 @@ def test_each_launch_of_an_element_wise_loop_pays_its_gap():
     one = elementwise("x", 1e8, 2, 2.0)
     loop = elementwise("x", 1e8, 2, 2.0, launches=33)
     assert model.kernel_time(loop) - model.kernel_time(one) == pytest.approx(32 * LAUNCH_GAP_S)
+
+
+@pytest.mark.parametrize("modules, extra", [((), 1.0), ((RecomputeModule.MOE_ACT,), 0.0),
+                                            ((RecomputeModule.MOE,), 0.0)])
+def test_the_clamped_copy_is_kept_unless_the_activation_is_recomputed(modules, extra):
+    oss = resolve("gpt-oss-120b")
+    s = (Strategy(dp=8, ep=8, recompute=Recompute.MODULES, recompute_modules=modules)
+         if modules else Strategy(dp=8, ep=8))
+    kept = layer_activation_bytes(oss, TRAINING, s, 1)
+    unclamped = layer_activation_bytes(replace(oss, activation_clamp=False), TRAINING, s, 1)
+    # fc1's gated output (2 x 2880 per routed copy, 4 copies per token) in BF16.
+    clamped_copy = 4 * 4096 * 4 * 2 * 2880 * 2
+    assert kept - unclamped == pytest.approx(extra * clamped_copy)

@@ -156,7 +156,11 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
     if f != e:                                 # the projection's own FP8 copy of it
         split += f * per * m.attn_out_dim
     mlp = per * ffn * ((2 * e if m.mlp is Mlp.SWIGLU else e) + f)   # fc1 outputs, fc2 input
-    split += mlp
+    # A clamped activation (gpt-oss) keeps fc1's outputs for the clamps' backward and the
+    # clamped copy for the fused activation's (see LayerOps._moe_mlp).
+    clamped = (per * m.top_k * m.expert_ffn * (2 if m.mlp is Mlp.SWIGLU else 1) * e
+               if moe and m.activation_clamp else 0.0)
+    split += mlp + clamped
     whole = 0.0
     if m.is_mla:   # latents into their norms, and the norms' outputs into the up-projections
         whole += (e + f) * per * (m.q_lora_rank + m.kv_lora_rank)
@@ -171,11 +175,11 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
         split -= e * per * (m.q_dim + m.kv_dim + m.v_dim)
     if RecomputeModule.MOE in modules and moe:   # the block keeps only its input (above)
         whole -= f * per * m.top_k * m.hidden
-        split -= mlp
+        split -= mlp + clamped
     elif RecomputeModule.MLP in modules and not moe:   # the dense MLP keeps only its input
         split -= mlp
-    elif RecomputeModule.MOE_ACT in modules and moe:   # the routed experts' fc2 inputs
-        split -= f * per * m.top_k * m.expert_ffn
+    elif RecomputeModule.MOE_ACT in modules and moe:   # fc2's inputs and the clamped copy
+        split -= f * per * m.top_k * m.expert_ffn + clamped
     if moe and st.moe_paged_stash_buffer and RecomputeModule.MOE not in modules:
         whole += (st.moe_paged_stash_buffer - 1.0) * _routed_saved_bytes(m, t, st, per, modules)
     core = 0.0
