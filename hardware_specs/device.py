@@ -76,6 +76,10 @@ class DeviceSpec:
     """Total (both directions) scale-up bandwidth per device as datasheets quote it, bytes/s."""
     tdp_w: float
     efficiency: DeviceEfficiency
+    exp_rate: float = 0.0
+    """Exponentials per second its special-function units evaluate (MUFU.EX2; softmax's
+    exponential in fused attention); 0: unknown, attention's cost then scales with head width
+    as the FLOP count does."""
     default_node: str
     """Catalog name of the node this device usually comes in."""
     source: str = ""
@@ -154,6 +158,7 @@ def read_device(f: Fields) -> DeviceSpec:
                                       positive=False),
         tdp_w=f.quantity("tdp", Quantity.POWER),
         efficiency=efficiency,
+        exp_rate=f.quantity("exp_rate", Quantity.FLOPS, 0.0, positive=False),
         default_node=f.text("default_node"),
         source=f.text("source", ""),
         provenance=provenance,

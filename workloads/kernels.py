@@ -32,6 +32,9 @@ class Kernel:
     (``multi_stream_cublas_gemm``), each paying its own fixed cost; an element-wise record
     may stand for a loop of small kernels (Megatron-Core's per-expert bias), each paying a
     launch gap."""
+    exps: float = 0.0
+    """Exponentials it evaluates on the special-function units: fused attention's one per score,
+    in the forward and again in the backward (which rebuilds the probabilities)."""
 
 
 def gemm(name: str, m: int, n: int, k: int, elem: float, dtype: Dtype, batch: int = 1,
@@ -63,7 +66,7 @@ def backward_of(kernels: tuple[Kernel, ...], elem: float) -> tuple[Kernel, ...]:
             out.append(gemm(f"{k.name}.wgrad", k.k, k.n, k.m, elem, k.dtype, k.batch, k.launches))
         elif k.op_class in ATTENTION_CLASSES:
             out.append(Kernel(f"{k.name}.bwd", k.op_class, 2.5 * k.flops, 2.0 * k.bytes,
-                              k.m, k.n, k.k, k.batch, k.dtype))
+                              k.m, k.n, k.k, k.batch, k.dtype, exps=k.exps))
         else:
             out.append(Kernel(f"{k.name}.bwd", k.op_class, 2.0 * k.flops, 1.5 * k.bytes,
                               launches=k.launches))

@@ -98,8 +98,9 @@ class LayerOps:
             kind = (OpClass.ATTENTION_FA3 if t.attention is AttentionKernel.FLASH3
                     else OpClass.ATTENTION)
             span = t.seq_len if m.is_global_attention(i) else min(t.seq_len, round(2 * keys))
-            return (Kernel("flash_attn", kind, flops, traffic, s_q, span, d, b * heads,
-                           self.dtype),)
+            # k: the width its two matmuls run per score, (d + v) / 2 (MLA: 192 and 128).
+            return (Kernel("flash_attn", kind, flops, traffic, s_q, span, (d + v) // 2,
+                           b * heads, self.dtype, exps=b * s_q * keys * heads),)
         scores = float(b * heads * s_q * t.seq_len)
         mask_passes = 3.0 if m.dropout else 0.0  # write mask (1 B ~ half elem), apply: read+write
         return (

@@ -43,6 +43,9 @@ of a hidden-4096 layer at 15,872 tokens pre-quantised (kernels alone): MXFP8 7.1
 max-achievable NVFP4 GEMM measurement is published, so NVFP4 GEMMs run at this multiple of the
 device's FP8 max-achievable rate (capped at the NVFP4 peak), on every Blackwell part (the one
 measurement is B300's)."""
+ATTENTION_REFERENCE_HEAD_DIM = 128
+"""Head width of the fused-attention measurements the efficiencies come from (FlashAttention-2/3
+paper figures and ml-engineering's in-step Llama-3.1-8B figures: head dim 128)."""
 LAUNCH_GAP_S = 2e-6
 """Idle time between dependent kernels on one stream (launch latency, tail)."""
 GROUPED_GEMM_LAUNCH_S = (1.0 / 553.945e12 - 1.0 / 627.903e12) * 2 * 2048 * 768 * 2048 * 16 / 8
@@ -120,9 +123,23 @@ class ComputeModel:
             bw = self.device.memory_bandwidth * self.efficiency(k)
             return k.launches * LAUNCH_GAP_S + max(k.bytes / bw, k.flops / self.vector_peak)
         peak = self.device.flops(k.dtype)
-        compute = k.flops / (peak * self.efficiency(k))
+        compute = k.flops / (peak * self.efficiency(k)) + self._exponential_shift(k)
         return (LAUNCH_GAP_S + (k.launches - 1) * GROUPED_GEMM_LAUNCH_S
                 + max(compute, k.bytes / self.bandwidth))
+
+    def _exponential_shift(self, k: Kernel) -> float:
+        """Fused attention's softmax exponentials run on the special-function units, one per
+        score whatever the head width, while its matmuls scale with the width: the measured
+        efficiency (at head dim 128) holds exps/rate of exponential time, which a narrower head
+        keeps whole (gpt-oss's 64 runs slower per FLOP) and a wider one spreads over more FLOPs.
+        FlashAttention-3 (arXiv 2407.08608, sec. 3): H100 SXM5 has 989 TFLOPS of matmul but 3.9
+        TFLOPS of special functions, so at head dim 128 the exponentials take half the matmuls'
+        cycles; FlashAttention-4 (Together AI, 2026): B200 doubles the tensor cores, not the
+        special-function units."""
+        rate = self.device.exp_rate
+        if not k.exps or not rate or k.op_class not in ATTENTION_CLASSES:
+            return 0.0
+        return k.exps / rate * (1.0 - k.k / ATTENTION_REFERENCE_HEAD_DIM)
 
     def op_time(self, op: ComputeOp) -> float:
         """A recorded op's measured time (``cost/retimed.py`` moves it to another device), or

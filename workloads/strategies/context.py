@@ -138,4 +138,4 @@ class ContextParallel:
 
 
 def _scaled(k: Kernel, factor: float) -> Kernel:
-    return replace(k, flops=k.flops * factor, bytes=k.bytes * factor)
+    return replace(k, flops=k.flops * factor, bytes=k.bytes * factor, exps=k.exps * factor)

@@ -1,0 +1,74 @@
+"""Fused attention's softmax exponentials run on the special-function units at a rate that does
+not scale with the head width (FlashAttention-3, arXiv 2407.08608 sec. 3; FlashAttention-4,
+Together AI 2026): the efficiencies, measured at head dim 128, hold that share of exponential
+time, which a narrower head (gpt-oss's 64) keeps whole and a wider one (MLA's 192/128) spreads."""
+
+from dataclasses import replace
+
+import pytest
+
+from clustersim.hardware_specs import Dtype, OpClass
+from clustersim.hardware_specs.loader import load_catalog
+from clustersim.simulator.cost.compute import ATTENTION_REFERENCE_HEAD_DIM, ComputeModel
+from clustersim.workloads import Strategy, TrainingSpec
+from clustersim.workloads.kernels import backward_of
+from clustersim.workloads.layer_ops import LayerOps
+from clustersim.workloads.model_sources import resolve
+from clustersim.workloads.training import AttentionKernel
+
+CATALOG = load_catalog()
+TRAINING = TrainingSpec(seq_len=4096, global_batch=8, micro_batch=1,
+                        attention=AttentionKernel.FLASH3)
+
+
+def _attention(name: str):
+    model = resolve(name)
+    return model, LayerOps(model, TRAINING, Strategy(dp=8)).attention_core(model.layers - 1)[0]
+
+
+@pytest.mark.parametrize("device, per_clock_ratio", [
+    ("h100-sxm", 16), ("h200", 16), ("h800", 16), ("h100-pcie", 16),   # CUDA guide, cc 9.0
+    ("b200", 16), ("gb200", 16),                       # SFU per SM unchanged from Hopper
+    ("b300", 8), ("gb300", 8),                          # Blackwell Ultra doubles it
+])
+def test_exponential_rate_is_the_fp32_rate_over_the_sfu_ratio(device, per_clock_ratio):
+    spec = CATALOG.device(device)
+    assert spec.exp_rate == pytest.approx(spec.flops(Dtype.FP32) / per_clock_ratio, rel=0.01)
+
+
+def test_one_exponential_per_score_forward_and_backward():
+    model, k = _attention("qwen3-30b-a3b")      # a global layer: s/2 keys per query (causal)
+    heads = model.heads
+    assert k.exps == pytest.approx(4096 * 4096 * 0.5 * heads)
+    assert k.flops == pytest.approx(k.exps * 2 * (model.head_dim + model.value_head_dim))
+    (bwd,) = backward_of((k,), 2.0)
+    assert bwd.exps == k.exps
+
+
+def test_mla_runs_its_matmuls_at_the_mean_of_query_and_value_widths():
+    _, k = _attention("deepseek-v3")
+    assert k.k == (192 + 128) // 2
+
+
+@pytest.mark.parametrize("device", ["h100-sxm", "b200", "gb300"])
+def test_head_64_pays_half_its_exponential_time_more_and_128_nothing(device):
+    model = ComputeModel(CATALOG.device(device))
+    oss, k64 = _attention("gpt-oss-120b")
+    _, k128 = _attention("qwen3-30b-a3b")
+    rate = CATALOG.device(device).exp_rate
+    unknown = ComputeModel(replace(CATALOG.device(device), exp_rate=0.0))
+    assert oss.head_dim == 64 and k128.k == ATTENTION_REFERENCE_HEAD_DIM
+    assert model.kernel_time(k64) - unknown.kernel_time(k64) == pytest.approx(
+        k64.exps / rate * 0.5)
+    assert model.kernel_time(k128) == unknown.kernel_time(k128)
+
+
+def test_wider_heads_spread_the_exponentials_and_unknown_rates_change_nothing():
+    _, mla = _attention("deepseek-v3")
+    h100 = CATALOG.device("h100-sxm")
+    assert ComputeModel(h100).kernel_time(mla) < ComputeModel(
+        replace(h100, exp_rate=0.0)).kernel_time(mla)
+    a100 = CATALOG.device("a100-80gb")
+    assert a100.exp_rate == 0.0
+    _, k64 = _attention("gpt-oss-120b")
+    assert k64.op_class is OpClass.ATTENTION_FA3
