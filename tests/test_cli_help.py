@@ -80,3 +80,12 @@ def test_every_option_of_every_command_says_what_it_is():
     silent = [f"{' '.join(c)} {a.option_strings or a.dest}" for c, a in _options(build_parser())
               if not a.help]
     assert not silent
+
+
+@pytest.mark.parametrize("command", [["calibrate", "all"], ["trace", "record"]])
+def test_warmup_counts_the_same_way_for_both_commands_that_time_torch_steps(command, capsys):
+    """``--warmup 0`` times from the first step in both; a negative count is refused, exit 2."""
+    assert PARSER.parse_args([*command, "--out", "x", "--warmup", "0"]).warmup == 0
+    with pytest.raises(SystemExit) as refused:
+        PARSER.parse_args([*command, "--out", "x", "--warmup", "-1"])
+    assert refused.value.code == 2 and "--warmup" in capsys.readouterr().err

@@ -18,7 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from clustersim.analysis.cli.common import (
-    add_catalog_option, add_command, load_checked_config, output_path, positive_int, write_json,
+    add_catalog_option, add_command, load_checked_config, non_negative_int, output_path,
+    positive_int, write_json,
 )
 
 
@@ -60,8 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="folder for the profiler traces and their timings")
     rc.add_argument("--pairs", type=positive_int, default=5,
                     help="untraced + traced step pairs, interleaved (default 5)")
-    rc.add_argument("--warmup", type=positive_int, default=3,
-                    help="untimed steps first (default 3)")
+    rc.add_argument("--warmup", type=non_negative_int, default=3,
+                    help="untimed steps first, 0 or more (default 3)")
     rc.add_argument("--hidden", type=positive_int, help="model width (default: calibration's)")
     rc.add_argument("--global-batch", type=positive_int,
                     help="sequences per step (default: calibration's 16)")
