@@ -14,7 +14,9 @@ from clustersim.simulator.cost.chunk_pipeline import (
 from clustersim.simulator.cost.collectives import Algorithm, Plan, Protocol
 from clustersim.simulator.cost.nccl_tuner import network_hops, predicted_s, tree_correction
 from clustersim.simulator.cost.network import NetworkModel
-from clustersim.simulator.cost.tree_plan import tree_plan, two_node_tree_bus_bandwidth
+from clustersim.simulator.cost.tree_plan import (
+    tree_channel_bus_bandwidth, tree_plan, two_node_tree_bus_bandwidth,
+)
 from clustersim.workloads.trace import CollectiveKind
 
 MIB, GIB = 2**20, 2**30
@@ -102,8 +104,9 @@ def test_the_tuner_adds_the_ring_plateau_and_leaves_out_the_fill():
 
 
 def test_two_nodes_tree_is_costed_at_half_a_rings_bytes_and_rated_as_nccl_rates_it(catalog):
-    """On two NDm A100 v4-like nodes (8 x 200 Gb/s) the tree's real traffic (each node sends the
-    buffer once) makes it faster than the ring at 1 GiB. NCCL's tuner rates it by the graph's
+    """On two NDm A100 v4-like nodes (8 x 200 Gb/s) the tree's real traffic is each node sending
+    the buffer once, but its channels carry at most 8 x 23.6 GB/s of bus bandwidth, so it is no
+    faster than the ring at 1 GiB. NCCL's tuner rates it by the graph's
     raised bwIntra: twice the network's, at most NVLink's 12 x 20 GB/s, times 0.92, capped at
     8 channels x 23.6 GB/s (tuning.cc, search.cc, topo.h): 188.8 GB/s of bus bandwidth, half of
     it algorithm bandwidth, below the ring's 16/30 of 184: it runs the ring, as nccl-tests
@@ -118,7 +121,8 @@ def test_two_nodes_tree_is_costed_at_half_a_rings_bytes_and_rated_as_nccl_rates_
     sent = {link: b for link, b in tree.loads if link[0] is LinkKind.NIC_TX}
     assert all(b == pytest.approx(GIB / 8) for b in sent.values()) and len(sent) == 16
     assert tree.rated_s == pytest.approx(GIB / (0.5 * 8 * 23.6e9))
-    assert tree.time(net.topology) < ring.time(net.topology)
+    assert tree.intra_s == pytest.approx(GIB / (0.5 * 8 * 23.6e9))
+    assert tree.time(net.topology) > ring.time(net.topology)
     assert measure(cluster, "all_reduce", 16, 1.0 * GIB).algorithm == "ring"
     forced = measure(cluster, "all_reduce", 16, 1.0 * GIB, Algorithm.TREE)
     assert forced.time_s == pytest.approx(tree.time(net.topology))
@@ -188,3 +192,44 @@ def test_aws_ofi_nccls_reported_latency_makes_nccl_run_the_tree_on_eight_p4d(cat
     ring = measure(unreported, "all_reduce", 64, 256 * MIB)
     assert (chosen.algorithm, ring.algorithm) == ("tree", "ring")
     assert chosen.time_s > ring.time_s
+
+
+@pytest.mark.parametrize(("node", "device", "gpus", "proto", "per_channel"), [
+    ("dgx-h100", "h100-sxm", 32, Protocol.LL128, 29.0),       # N4: min(36.0 x 120/128, 29.0)
+    ("dgx-h100", "h100-sxm", 32, Protocol.SIMPLE, 36.0),      # N4 perChMaxTreeBws
+    ("dgx-h100", "h100-sxm", 16, Protocol.LL128, 36.7),       # N2: min(41.4 x 120/128, 36.7)
+    ("dgx-h100", "h100-sxm", 16, Protocol.SIMPLE, 41.4),
+    ("dgx-a100", "a100-80gb", 32, Protocol.LL128, 17.8 * 120 / 128),  # N4: min(16.69, 20.0)
+])
+def test_the_trees_channels_cap_it_as_tuning_cc_caps_them(catalog, node, device, gpus, proto,
+                                                          per_channel):
+    """tuning.cc (v2.19.3-v2.29): a tree's bus bandwidth is at most nChannels x perChMaxTreeBws
+    (LL128: also x 120/128 and perChMaxTreeLL128Bws), one search channel per NIC; the same cap
+    is its cost: tree all-reduce bandwidth is limited by its channels ("Tree would require 32
+    SMs to achieve the same performance", NVIDIA/nccl#1649, with 16 by default)."""
+    cluster = catalog.cluster(device=device, num_devices=gpus, node=node)
+    net = NetworkModel(cluster)
+    nics = cluster.node.nic_count
+    assert tree_channel_bus_bandwidth(net.planner, proto, gpus // 8) == pytest.approx(
+        nics * per_channel * 1e9)
+    assert tree_channel_bus_bandwidth(net.planner, Protocol.LL, gpus // 8) is None
+    group = (tuple(range(gpus)),)
+    plans = net.planner.plans(CollectiveKind.ALL_REDUCE, 256 * MIB, group)
+    tree = tree_plan(net.planner, next(p for p in plans if (p.algorithm, p.protocol) == (
+        Algorithm.TREE, proto)), CollectiveKind.ALL_REDUCE, 256 * MIB, group)
+    channel_s = 256 * MIB / (0.5 * nics * per_channel * 1e9)
+    assert tree.intra_s >= channel_s * (1 - 1e-12)
+    assert tree.rated_s >= channel_s * (1 - 1e-12)
+
+
+def test_eight_h100_nodes_run_the_tree_with_ll128_at_its_channels_rate(catalog):
+    """8 x 8 H100 (8 x 400 Gb/s IB): NCCL's tree with LL128 (4 MiB) is capped at 8 channels x
+    29 GB/s of bus bandwidth, half of it algorithm bandwidth: 116 GB/s, which nccl-tests shows as
+    116 x 2 x 63/64 = 228 GB/s at most (NVIDIA/nccl-tests#309's 8-node run: 228 at 128 MiB);
+    with Simple (8 GiB) 8 x 36 GB/s: 283.5 GB/s (that run: 287-300 at 512 MiB-1 GiB)."""
+    cluster = catalog.cluster(device="h100-sxm", num_devices=64, node="dgx-h100")
+    row = measure(cluster, "all_reduce", 64, 4 * MIB, Algorithm.TREE)
+    assert row.protocol == "LL128"
+    assert row.busbw_gbps < 116 * 2 * 63 / 64
+    big = measure(cluster, "all_reduce", 64, 8 * GIB, Algorithm.TREE)
+    assert big.busbw_gbps == pytest.approx(0.5 * 8 * 36.0 * 2 * 63 / 64, rel=0.02)

@@ -98,3 +98,15 @@ def test_the_pipeline_fill_is_three_rounds_on_two_nodes(catalog):
     plan = nvls_tree_plan(net.planner, size, (tuple(range(16)),))
     rate = max(plan.intra_s, plan.network_s(net.topology)) / size
     assert plan.fill_s == pytest.approx(3 * 16 * 8 * 128 * 1024 * rate)
+
+
+@pytest.mark.parametrize("gpus", [16, 32, 64])
+def test_nccls_tuner_rates_nvls_tree_at_five_sixths_of_its_bandwidth(catalog, gpus):
+    """tuning.cc (v2.19.3-v2.29): NVLS and NVLSTree's algorithm bandwidth is 5/6 of the bus
+    bandwidth their graph carries (``ratio *= 5.0/6.0``): the tuner's rating, not the cost."""
+    cluster = catalog.cluster(device="h100-sxm", num_devices=gpus)
+    net = NetworkModel(cluster)
+    tree = nvls_tree_plan(net.planner, 64 * 2**20, (tuple(range(gpus)),))
+    bandwidth_s = max(tree.intra_s, net.planner.network_s(tree))
+    assert tree.rated_s == pytest.approx(bandwidth_s * 6 / 5)
+    assert tree.time(net.topology) == pytest.approx(tree.latency_s + bandwidth_s)

@@ -43,6 +43,13 @@ NVLS_TREE_NET_HOP_US = 14.0
 one network level of the tree, paid going up and coming down."""
 
 
+NVLS_TREE_ALGBW_RATIO = 5 / 6
+"""NCCL's tuner rates NVLS and NVLSTree at 5/6 of the bandwidth their graph carries
+(``tuning.cc``, v2.19.3 to v2.29: ``else if (a == NCCL_ALGO_NVLS || a == NCCL_ALGO_NVLS_TREE)
+ratio *= 5.0/6.0``; v2.26.2-1 f44ac759 line 266), where the tree gets 1/2 and the ring
+n/(2(n-1)): a rating that steers the choice, not a cost."""
+
+
 NVLS_TREE_CHUNK_BYTES = 128 * 1024
 """NCCL_NVLS_CHUNKSIZE's default, the NVLSTree chunk on fewer than four nodes (``enqueue.cc``,
 2.19-2.26: ``NCCL_NVLSTREE_MAX_CHUNKSIZE`` defaults to it, or to 64 KiB from four nodes)."""
@@ -91,4 +98,5 @@ def nvls_tree_plan(planner: CollectivePlanner, nbytes: float,
     network = max((b / topology.capacity(link) for link, b in loads.items()), default=0.0)
     plan = Plan(Algorithm.NVLS_TREE, Protocol.SIMPLE, latency, intra, tuple(loads.items()))
     return plan.with_fill(pipeline_fill_s(2 + 2 * levels, round_bytes, nbytes,
-                                          max(intra, network)))
+                                          max(intra, network))).rated(
+        max(intra, network) / NVLS_TREE_ALGBW_RATIO)

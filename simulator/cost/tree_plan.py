@@ -20,8 +20,17 @@
   16/30 and NCCL runs it (aws-ofi-nccl 1.13.2 has no tuner for p4d); on two NDm A100 v4 nodes
   (8 x 200 Gb/s) NVLink allows 1.3x and the cap, 8 x 23.6 GB/s, leaves the tree below the ring,
   which nccl-tests measured there (184-188 GB/s, ``collectives_dev.csv``). From three nodes the
-  model keeps the 0.46 of the ring's rating (the cap there depends on channel counts it does
-  not model).
+  tuner rates the tree at 0.46 of the ring's bus bandwidth, under the same per-channel cap (the
+  N4 column).
+- The channels' cap is also the tree's cost: a tree all-reduce moves at most as much as its
+  channels (thread blocks) do. NCCL's maintainer: "NVLSTree can achieve peak bandwidth with only
+  16 SMs ... whereas tree would require 32 SMs to achieve the same performance. Given the
+  default number of SMs is 16 ... Tree usually achieves significantly lower bandwidth"
+  (NVIDIA/nccl#1649, 2025-03-20). The cap (search channels x ``perChMaxTreeBws``; the
+  communicator runs two channels per search channel) is NCCL's own per-channel maximum. On
+  8 x 8 H100 (8 x 400 Gb/s) it makes the tree with Simple 8 x 36 GB/s of bus bandwidth, 283.5
+  GB/s in nccl-tests' terms, where NVIDIA/nccl-tests#309 measured 287-300 GB/s at 512 MiB-1 GiB,
+  and with LL128 8 x 29, 228 GB/s, measured 228 at 128 MiB.
 - The chunk pipeline's fill (``chunk_pipeline.py``).
 """
 
@@ -45,15 +54,21 @@ NCCL_NVLINK_GBPS = {"nvlink2": 6 * 20.0, "nvlink3": 12 * 20.0, "nvlink4": 18 * 2
                     "nvlink5": 18 * 40.1}
 """A GPU's NVLinks as NCCL's topology counts them (``topo.h``: SM70/SM80 20, SM90 20.6, SM100
 40.1 GB/s a link; V100 6 links, A100 12, H100 and B200 18), GB/s."""
-TWO_NODE_TREE_CHANNEL_GBPS = {
-    "volta": {Protocol.SIMPLE: 18.5, Protocol.LL128: 18.5},
-    "ampere": {Protocol.SIMPLE: 23.6, Protocol.LL128: 20.0},
-    "hopper": {Protocol.SIMPLE: 41.4, Protocol.LL128: 36.7},
-    "blackwell": {Protocol.SIMPLE: 42.8, Protocol.LL128: 31.67},
+TREE_CHANNEL_GBPS = {
+    "volta": {2: 18.5, 4: 10.0}, "ampere": {2: 23.6, 4: 17.8}, "hopper": {2: 41.4, 4: 36.0},
+    "blackwell": {2: 42.8, 4: 24.0},
 }
-"""tuning.cc ``perChMaxTreeBws`` (and, for LL128, the lower of it and ``perChMaxTreeLL128Bws``),
-the two-node (N2) column, GB/s per channel (2.23.4; Blackwell's from 2.28); LL is capped by
-NCCL's LL bandwidth instead."""
+TREE_LL128_CHANNEL_GBPS = {
+    "volta": {2: 20.0, 4: 20.0}, "ampere": {2: 20.0, 4: 20.0}, "hopper": {2: 36.7, 4: 29.0},
+    "blackwell": {2: 31.67, 4: 20.0},
+}
+"""tuning.cc ``perChMaxTreeBws`` and ``perChMaxTreeLL128Bws``, the two-node (N2) and the
+more-node (N4) columns, GB/s of bus bandwidth per search channel: the same for Volta, Ampere
+and Hopper from 2.19.3 to 2.29 (e.g. v2.26.2-1 f44ac759, tuning.cc lines 164-175); Blackwell's
+from 2.28.3 (f1308997, lines 181-192; 2.26 took twice Hopper's). LL128 takes the lower of its
+own and 120/128 of the Simple cap (``busBw = min(busBw*.92, nc*perChMaxTreeBw)``, then
+``min(busBw*120/128, nc*perChMaxTreeLL128Bw)``); LL is capped by NCCL's LL bandwidth instead."""
+LL128_DATA_RATIO = 120 / 128
 MAX_CHANNELS = 32
 """NCCL's MAXCHANNELS."""
 
@@ -78,6 +93,12 @@ def tree_plan(planner: CollectivePlanner, plan: Plan, kind: CollectiveKind, nbyt
             rated = nbytes / (TREE_ALGBW_RATIO * two_node)
         plan = Plan(plan.algorithm, plan.protocol, plan.latency_s, plan.intra_s,
                     tuple((link, b / ring_bytes) for link, b in plan.loads))
+    cap = tree_channel_bus_bandwidth(planner, plan.protocol, len(members))
+    if cap is not None:
+        channel_s = nbytes / (TREE_ALGBW_RATIO * cap)
+        rated = max(rated, channel_s)
+        plan = Plan(plan.algorithm, plan.protocol, plan.latency_s, max(plan.intra_s, channel_s),
+                    plan.loads)
     generation = planner.cluster.device.scale_up_generation
     channels = nccl_channels(plan.protocol, nbytes, n, COLL_CHANNELS.get(generation, 16))
     chunk = tree_chunk_bytes(plan.protocol, nbytes, channels, len(members), per_node,
@@ -87,18 +108,34 @@ def tree_plan(planner: CollectivePlanner, plan: Plan, kind: CollectiveKind, nbyt
     return plan.with_fill(fill).rated(rated)
 
 
+def tree_channel_bus_bandwidth(planner: CollectivePlanner, proto: Protocol,
+                               nodes: int) -> float | None:
+    """The most bus bandwidth (bytes/s) NCCL's tree across ``nodes`` nodes gets from its
+    channels: the per-channel maximum of ``tuning.cc`` (N2 or N4 column) times the search
+    channels, one per NIC (``search.cc``; the communicator runs each twice, ``connect.cc``
+    ncclTopoPostset: "Duplication should be complete now", nChannels*2). None where NCCL's
+    tables have no entry (an architecture they do not know, or LL) or the nodes have no NIC."""
+    arch = ARCH_OF_SCALE_UP.get(planner.cluster.device.scale_up_generation)
+    nics = planner.cluster.node.nic_count
+    if arch not in TREE_CHANNEL_GBPS or proto is Protocol.LL or nodes < 2 or nics < 1:
+        return None
+    column = 2 if nodes == 2 else 4
+    per_channel = TREE_CHANNEL_GBPS[arch][column]
+    if proto is Protocol.LL128:
+        per_channel = min(per_channel * LL128_DATA_RATIO, TREE_LL128_CHANNEL_GBPS[arch][column])
+    return min(nics, MAX_CHANNELS) * per_channel * 1e9
+
+
 def two_node_tree_bus_bandwidth(planner: CollectivePlanner, plan: Plan,
                                 ring_volume: float) -> float | None:
     """NCCL's bus bandwidth of a two-node tree (bytes/s): 0.92 of the graph's bandwidth raised
-    to twice the ring's network bandwidth, at most the GPU's NVLinks, capped per channel with
-    one channel per NIC; None where NCCL's tables have no entry (no NVLink generation they
-    know, or LL)."""
+    to twice the ring's network bandwidth, at most the GPU's NVLinks, capped per channel
+    (:func:`tree_channel_bus_bandwidth`); None where NCCL's tables have no entry (no NVLink
+    generation they know, or LL)."""
     generation = planner.cluster.device.scale_up_generation
-    arch = ARCH_OF_SCALE_UP.get(generation)
-    caps = TWO_NODE_TREE_CHANNEL_GBPS.get(arch, {})
+    cap = tree_channel_bus_bandwidth(planner, plan.protocol, 2)
     network_s = planner.network_s(plan)
-    if generation not in NCCL_NVLINK_GBPS or plan.protocol not in caps or network_s <= 0:
+    if generation not in NCCL_NVLINK_GBPS or cap is None or network_s <= 0:
         return None
     graph = min(TWO_NODE_INTRA_RAISE * ring_volume / network_s, NCCL_NVLINK_GBPS[generation] * 1e9)
-    channels = min(planner.cluster.node.nic_count, MAX_CHANNELS)
-    return min(TREE_BUS_FRACTION * graph, channels * caps[plan.protocol] * 1e9)
+    return min(TREE_BUS_FRACTION * graph, cap)
