@@ -21,6 +21,16 @@ Links that carry the same bytes of the same transfers and have the same capacity
 as *regions*: sets of links with one capacity and one list of (transfer, share). A transfer
 starting splits regions by set intersection; one ending merges them back. Progressive filling
 then runs over a handful of regions instead of thousands of links.
+
+A step's transfers follow the same few patterns micro-batch after micro-batch, so the regions
+and the levels are kept as *states* of the network, interned by value, with their transitions
+memoised: a transfer starting or ending, when that state has been seen before, is two dict
+look-ups, and progressive filling runs once per distinct state. A state names its transfers by
+their rank in start order (a slot), so the same pattern met at any time is the same state; the
+arithmetic on a miss is the same as for the transfers themselves, so times are bit-identical.
+The next completion is one SimPy timeout with a callback, no process: it is armed by an urgent
+event, as a process's first step would be, so same-time events keep the order they had when
+each timer was a process.
 """
 
 from __future__ import annotations
@@ -31,15 +41,22 @@ from dataclasses import dataclass
 
 import numpy as np
 import simpy
+from simpy.events import URGENT, Timeout
 
 from clustersim.hardware_specs.topology import Link
 
 _EPS = 1e-12
+_STATE_BUDGET = 1_000_000
+"""Region members kept over all interned states before they are forgotten (some tens of MB): a
+step repeats a few thousand states, but traffic that never repeats would keep every one."""
+
+Region = tuple[frozenset[Link], float, tuple[tuple[int, float], ...]]
+"""Links with one capacity, and (slot, fraction of these links' capacity it takes at its speed
+alone) of every transfer crossing them, in slot order."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Transfer:
-    id: int
     done: simpy.Event
     alone_s: float
     """Its time alone on the network (its busiest link's bytes over that link's capacity):
@@ -48,13 +65,44 @@ class _Transfer:
     rate: float = 0.0
 
 
-@dataclass(eq=False)
-class _Region:
-    links: frozenset[Link]
-    capacity: float
-    members: tuple[tuple[int, float], ...]
-    """(transfer id, fraction of these links' capacity it takes at its speed alone) of every
-    transfer crossing these links."""
+class _Shape:
+    """A transfer's pieces as regions see them: (links, fraction of their capacity taken at
+    its speed alone, capacity); one object per distinct value, so it keys transitions by
+    identity."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self, pieces: tuple[tuple[frozenset[Link], float, float], ...]):
+        self.pieces = pieces
+
+
+class _State:
+    """The regions of the transfers in flight, which are named by slot (start order), the
+    states one start or one end leads to, and the levels once computed."""
+
+    __slots__ = ("regions", "size", "joins", "leaves", "levels")
+
+    def __init__(self, regions: tuple[Region, ...], size: int):
+        self.regions = regions
+        self.size = size
+        self.joins: dict[_Shape, _State] = {}
+        self.leaves: dict[int, _State] = {}
+        self.levels: tuple[float | None, ...] | None = None
+
+
+class _Arm(simpy.Event):
+    """An urgent event at the current time that runs ``callback``: where a process would
+    take its first step (SimPy's Initialize), without a generator. ``wait``: the delay of the
+    timer it arms."""
+
+    def __init__(self, env: simpy.Environment, callback: Callable[[simpy.Event], None],
+                 wait: float):
+        self.env = env
+        self.callbacks = [callback]
+        self._value = None
+        self._ok = True
+        self.wait = wait
+        env.schedule(self, URGENT)
 
 
 class _LinkSets:
@@ -99,35 +147,41 @@ class FlowNetwork:
     def __init__(self, env: simpy.Environment, capacity: Callable[[Link], float]):
         self.env = env
         self.capacity = capacity
-        self.active: dict[int, _Transfer] = {}
-        self.regions: list[_Region] = []
+        self.active: list[_Transfer] = []
+        """Transfers in flight in start order: a transfer's index is its slot."""
         self.last_update = 0.0
-        self.generation = 0
-        self.recomputes = 0
-        self._ids = itertools.count()
-        self._pieces: dict[int, tuple[tuple, tuple[Piece, ...]]] = {}
+        self._arming: _Arm | None = None
+        """The arm of the latest rates; an earlier one, or the timer of one, is stale."""
+        self._timer: simpy.Event | None = None
         self._sets = _LinkSets()
+        self._shapes: dict[tuple[Piece, ...], _Shape] = {}
+        self._plans: dict[int, tuple[tuple, _Shape | None, float]] = {}
+        self._states: dict[tuple, _State] = {}
+        self._kept = 0
+        self.state = self._intern((), 0)
 
     def transfer(self, loads: tuple[tuple[Link, float], ...]) -> simpy.Event:
         """Start a transfer; the event fires when every link has carried its bytes."""
         done = self.env.event()
-        pieces = self._split(loads)
-        if not pieces:
+        hit = self._plans.get(id(loads))
+        if hit is None or hit[0] is not loads:
+            hit = self._plans[id(loads)] = (loads, *self._shape(self._split(loads)))
+        _, shape, alone_s = hit
+        if shape is None:
             done.succeed()
             return done
         self._advance()
-        alone_s = max(b / cap for _, b, cap in pieces)
-        t = _Transfer(next(self._ids), done, alone_s)
-        self.active[t.id] = t
-        self._join(t.id, tuple((links, b / cap / alone_s, cap) for links, b, cap in pieces))
+        self.active.append(_Transfer(done, alone_s))
+        state = self.state
+        after = state.joins.get(shape)
+        if after is None:
+            after = state.joins[shape] = self._joined(state, shape)
+        self.state = after
         self._reschedule()
         return done
 
     def _split(self, loads: tuple[tuple[Link, float], ...]) -> tuple[Piece, ...]:
-        """Group a transfer's links by (bytes, capacity); memoised per loads tuple."""
-        hit = self._pieces.get(id(loads))
-        if hit is not None and hit[0] is loads:
-            return hit[1]
+        """Group a transfer's links by (bytes, capacity)."""
         pieces: list[Piece] = []
         if loads:  # thousands of links: grouped in array operations, in first-seen order
             links, sizes = zip(*loads)
@@ -143,40 +197,74 @@ class FlowNetwork:
                 b, cap = divmod(int(pairs[g]), len(capacities))
                 pieces.append((self._sets.canonical(members), float(sizes_of[b]),
                                float(capacities[cap])))
-        self._pieces[id(loads)] = (loads, tuple(pieces))
-        return self._pieces[id(loads)][1]
+        return tuple(pieces)
 
-    # --- regions -------------------------------------------------------------------------
-    def _join(self, tid: int, pieces: tuple[Piece, ...]) -> None:
-        left = [[links, b, cap] for links, b, cap in pieces]
-        out: list[_Region] = []
+    def _shape(self, pieces: tuple[Piece, ...]) -> tuple[_Shape | None, float]:
+        """The shape of a transfer of ``pieces`` and its time alone (None: nothing to move)."""
+        if not pieces:
+            return None, 0.0
+        alone_s = max(b / cap for _, b, cap in pieces)
+        value = tuple((links, b / cap / alone_s, cap) for links, b, cap in pieces)
+        shape = self._shapes.get(value)
+        if shape is None:
+            shape = self._shapes[value] = _Shape(value)
+        return shape, alone_s
+
+    # --- states ----------------------------------------------------------------------------
+    def _intern(self, regions: tuple[Region, ...], size: int) -> _State:
+        key = (size, tuple((id(links), cap, members) for links, cap, members in regions))
+        state = self._states.get(key)
+        if state is None:
+            weight = sum(len(members) for _, _, members in regions)
+            if self._kept + weight > _STATE_BUDGET:
+                self._forget()
+            self._kept += weight
+            state = self._states[key] = _State(regions, size)
+        return state
+
+    def _forget(self) -> None:
+        """Drop every interned state and transition (which the states' cycles would otherwise
+        keep while the cycle collector is paused): they are found again when met."""
+        for state in self._states.values():
+            state.joins.clear()
+            state.leaves.clear()
+        self._states.clear()
+        self._kept = 0
+
+    def _joined(self, state: _State, shape: _Shape) -> _State:
+        """``state`` with a transfer of ``shape`` started: regions it crosses are cut."""
+        slot = state.size
+        left = [[links, b, cap] for links, b, cap in shape.pieces]
+        out: list[Region] = []
         cut = self._sets.cut
-        for region in self.regions:
-            rest = region.links
+        for links, capacity, members in state.regions:
+            rest = links
             for piece in left:
-                if piece[2] != region.capacity or not piece[0]:
+                if piece[2] != capacity or not piece[0]:
                     continue
                 shared, rest, piece[0] = cut(rest, piece[0])
                 if shared:
-                    out.append(_Region(shared, region.capacity, region.members + ((tid, piece[1]),)))
+                    out.append((shared, capacity, members + ((slot, piece[1]),)))
                     if not rest:
                         break
             if rest:
-                out.append(_Region(rest, region.capacity, region.members))
-        out += [_Region(links, cap, ((tid, b),)) for links, b, cap in left if links]
-        self.regions = out
+                out.append((rest, capacity, members))
+        out += [(links, cap, ((slot, b),)) for links, b, cap in left if links]
+        return self._intern(tuple(out), slot + 1)
 
-    def _leave(self, tid: int) -> None:
+    def _left(self, state: _State, slot: int) -> _State:
+        """``state`` with the transfer in ``slot`` ended: regions left alike are merged, and
+        the later slots move down by one."""
         merged: dict[tuple, frozenset[Link]] = {}
         union = self._sets.union
-        for region in self.regions:
-            members = tuple(m for m in region.members if m[0] != tid)
-            if members:
-                key = (region.capacity, members)
+        for links, capacity, members in state.regions:
+            kept = tuple((s - (s > slot), b) for s, b in members if s != slot)
+            if kept:
+                key = (capacity, kept)
                 before = merged.get(key)
-                merged[key] = region.links if before is None else union(before, region.links)
-        self.regions = [_Region(links, cap, members)
-                        for (cap, members), links in merged.items()]
+                merged[key] = links if before is None else union(before, links)
+        return self._intern(tuple((links, cap, members)
+                                  for (cap, members), links in merged.items()), state.size - 1)
 
     # --- rates ---------------------------------------------------------------------------
     def _advance(self) -> None:
@@ -184,61 +272,90 @@ class FlowNetwork:
         now = self.env.now
         elapsed = now - self.last_update
         if elapsed > 0:
-            for t in self.active.values():
+            for t in self.active:
                 t.remaining -= t.rate * elapsed
         self.last_update = now
 
-    def _rates(self) -> None:
-        self.recomputes += 1
-        residual = [1.0] * len(self.regions)  # fraction of each region's capacity left
-        for t in self.active.values():
-            t.rate = 0.0
-        unfrozen = set(self.active)
-        level = 0.0
-        while unfrozen:
-            best, bottlenecks, demands = None, [], []
-            for i, region in enumerate(self.regions):
-                demand = sum(b for tid, b in region.members if tid in unfrozen)
-                demands.append(demand)
-                if demand <= 0:
-                    continue
-                step = residual[i] / demand
-                if best is None or step < best - _EPS:
-                    best, bottlenecks = step, [i]
-                elif abs(step - best) <= _EPS:
-                    bottlenecks.append(i)
-            if best is None:
-                break
-            level += best
-            for i, demand in enumerate(demands):
-                residual[i] -= best * demand
-            for i in bottlenecks:
-                for tid, _ in self.regions[i].members:
-                    if tid in unfrozen:
-                        t = self.active[tid]
-                        t.rate = level / t.alone_s
-                        unfrozen.discard(tid)
-
     def _reschedule(self) -> None:
-        self._rates()
-        self.generation += 1
-        if not self.active:
+        """Rates from the state's levels, and a timer for the next completion."""
+        active = self.active
+        if not active:
+            self._arming = self._timer = None
             return
-        wait = min(t.remaining / t.rate for t in self.active.values() if t.rate > 0)
-        self.env.process(self._timer(self.generation, max(wait, 0.0)))
+        state = self.state
+        levels = state.levels
+        if levels is None:
+            levels = state.levels = _levels(state.regions, state.size)
+        wait = None
+        for t, level in zip(active, levels):
+            t.rate = rate = 0.0 if level is None else level / t.alone_s
+            if rate > 0:
+                w = t.remaining / rate
+                if wait is None or w < wait:
+                    wait = w
+        if wait is None:
+            raise RuntimeError("flow network: no transfer in flight can move")
+        self._timer = None
+        self._arm_timer(max(wait, 0.0))
 
-    def _timer(self, generation: int, wait: float):
-        yield self.env.timeout(wait)
-        if generation != self.generation:
+    def _arm_timer(self, wait: float) -> None:
+        """Time the next completion, ``wait`` from now: a timeout whose place among same-time
+        events is the one a new process's first step would give it."""
+        self._arming = _Arm(self.env, self._arm, wait)
+
+    def _arm(self, arm: _Arm) -> None:
+        if arm is self._arming:
+            self._timer = timer = Timeout(self.env, arm.wait)
+            timer.callbacks.append(self._fire)
+
+    def _fire(self, timer: simpy.Event) -> None:
+        if timer is not self._timer:
             return
         self._advance()
         now = self.env.now
         # Done: nothing left, or so little that finishing it would not move the clock (the
         # leftover of floating-point rounding).
-        finished = [t for t in self.active.values()
+        finished = [k for k, t in enumerate(self.active)
                     if t.remaining <= 1e-9 or (t.rate > 0 and now + t.remaining / t.rate <= now)]
-        for t in finished:
-            del self.active[t.id]
-            self._leave(t.id)
+        state = self.state
+        for gone, k in enumerate(finished):
+            slot = k - gone
+            t = self.active.pop(slot)
+            after = state.leaves.get(slot)
+            if after is None:
+                after = state.leaves[slot] = self._left(state, slot)
+            state = after
             t.done.succeed()
+        self.state = state
         self._reschedule()
+
+
+def _levels(regions: tuple[Region, ...], size: int) -> tuple[float | None, ...]:
+    """Each slot's level by progressive filling over ``regions`` (None: never limited)."""
+    residual = [1.0] * len(regions)  # fraction of each region's capacity left
+    levels: list[float | None] = [None] * size
+    unfrozen = set(range(size))
+    level = 0.0
+    while unfrozen:
+        best, bottlenecks, demands = None, [], []
+        for i, (_, _, members) in enumerate(regions):
+            demand = sum(b for s, b in members if s in unfrozen)
+            demands.append(demand)
+            if demand <= 0:
+                continue
+            step = residual[i] / demand
+            if best is None or step < best - _EPS:
+                best, bottlenecks = step, [i]
+            elif abs(step - best) <= _EPS:
+                bottlenecks.append(i)
+        if best is None:
+            break
+        level += best
+        for i, demand in enumerate(demands):
+            residual[i] -= best * demand
+        for i in bottlenecks:
+            for s, _ in regions[i][2]:
+                if s in unfrozen:
+                    levels[s] = level
+                    unfrozen.discard(s)
+    return tuple(levels)
