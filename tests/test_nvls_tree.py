@@ -102,7 +102,7 @@ def test_the_pipeline_fill_is_three_rounds_on_two_nodes(catalog):
 
 @pytest.mark.parametrize("gpus", [16, 32, 64])
 def test_nccls_tuner_rates_nvls_tree_at_five_sixths_of_its_bandwidth(catalog, gpus):
-    """tuning.cc (v2.19.3-v2.29): NVLS and NVLSTree's algorithm bandwidth is 5/6 of the bus
+    """tuning.cc (v2.19.3-v2.27): NVLS and NVLSTree's algorithm bandwidth is 5/6 of the bus
     bandwidth their graph carries (``ratio *= 5.0/6.0``): the tuner's rating, not the cost."""
     cluster = catalog.cluster(device="h100-sxm", num_devices=gpus)
     net = NetworkModel(cluster)

@@ -3,8 +3,11 @@
 NCCL predicts each candidate's time as latency + bytes / bandwidth (``src/graph/tuning.cc``,
 ``ncclTopoGetAlgoTime``) and runs the smallest; the physical model (``collectives.py``,
 ``nvls_tree.py``, ``chunk_pipeline.py``) then costs the candidate chosen. NCCL's prediction
-differs from the physical cost in three ways, each from its source:
+differs from the physical cost in these ways, each from its source:
 - the chunk pipeline's fill is not in it (its tree latency counts the hops only);
+- its bandwidth part is the plan's rating where NCCL rates it apart from the cost
+  (``Plan.rated_s``): a tree at 0.92 x 1/2 of its graph under its channels' cap
+  (``tree_plan.py``), NVLSTree at 5/6 of its graph (``nvls_tree.py``);
 - "Trees are not perfectly sticking to the model for medium sizes": the tree all-reduce's
   bandwidth is multiplied by a static factor per power of two of the size, 64 B to 256 MiB
   (``treeCorrectionFactor``, 0.4-1.0 by protocol);

@@ -45,9 +45,11 @@ one network level of the tree, paid going up and coming down."""
 
 NVLS_TREE_ALGBW_RATIO = 5 / 6
 """NCCL's tuner rates NVLS and NVLSTree at 5/6 of the bandwidth their graph carries
-(``tuning.cc``, v2.19.3 to v2.29: ``else if (a == NCCL_ALGO_NVLS || a == NCCL_ALGO_NVLS_TREE)
-ratio *= 5.0/6.0``; v2.26.2-1 f44ac759 line 266), where the tree gets 1/2 and the ring
-n/(2(n-1)): a rating that steers the choice, not a cost."""
+(``tuning.cc``, v2.19.3 to v2.27: ``else if (a == NCCL_ALGO_NVLS || a == NCCL_ALGO_NVLS_TREE)
+ratio *= 5.0/6.0``; v2.26.2-1 f44ac759 line 293), where the tree gets 1/2 and the ring
+n/(2(n-1)): a rating that steers the choice, not a cost. From 2.28 (f1308997, line 348) NCCL
+rates them like the ring, n/(2(n-1)), under a per-channel NVLSTree cap of its own; the
+published sweeps modelled here ran 2.20-2.26 (2.27 at the latest)."""
 
 
 NVLS_TREE_CHUNK_BYTES = 128 * 1024
