@@ -28,6 +28,21 @@ GEMM operand is quantized from BF16 by a memory-bound kernel:
   element); MXFP8 quantises both copies on the shard and gathers each (TE
   ``layernorm_linear.py`` forward and ``grad_output_preprocess`` in ``module/base.py``).
 
+Grouped expert GEMMs (Transformer Engine's ``GroupedLinear``; read at TE 2.3, 2.9 (the 25.11
+containers' release) and 2.13) quantise their input and output gradient one expert slice at a
+time (``tex.fused_multi_quantize`` up to 2.4, ``tex.split_quantize`` from 2.5, whose
+``multi_tensor_quantize_impl`` in ``pytorch/csrc/extensions/cast.cpp`` runs one fused
+``nvte_multi_cast_transpose`` for all experts only under delayed scaling and "quantize kernels
+individually" otherwise). One cast is
+``nvte_quantize_v2`` under MXFP8; ``nvte_compute_amax``, ``nvte_compute_scale_from_amax`` and
+``nvte_quantize_v2`` under current scaling (``Float8CurrentScalingQuantizer::quantize_impl``).
+MXFP8 is still cast slice by slice at TE 2.18 (2026-08); NVFP4 has a grouped cast kernel from
+TE 2.14 (``QuantizationMethod::FUSED_NVFP4``) and takes one launch here (earlier releases
+cast NVFP4 slice by slice as well). Each MXFP8 grouped GEMM first swizzles the scales of both
+operands for cuBLAS, one multi-tensor kernel each (``multi_tensor_swizzle_scaling_factors`` in
+``te_general_grouped_gemm``). The traffic is the same as one cast of the whole tensor; the
+launches are what the split adds. Dense GEMMs keep one launch per cast.
+
 NVFP4 (``precision: nvfp4``; TE ``NVFP4BlockScaling``, NVIDIA arXiv 2509.25149 sec. 4 and TE's
 NVFP4 documentation) quantises the same operands of the same GEMMs (fprop, dgrad and wgrad all
 run in FP4; Megatron-Bridge's performance recipes keep no layer in BF16,
@@ -80,6 +95,12 @@ SEQUENCE_GATHERED_GRADS = frozenset(("attn_proj", "fc2"))
 """Row-parallel GEMMs whose output gradient sequence parallelism all-gathers in backward."""
 COLUMN_COPY_BYTES = 1.0
 """The transposed FP8 copy a cast-transpose kernel writes (1 byte per element)."""
+EXPERT_CAST_KERNELS = {Fp8Recipe.TENSORWISE: 3, Fp8Recipe.MXFP8: 1}
+"""Kernels of one expert slice's cast in ``GroupedLinear`` (see the module docstring): amax,
+scale and cast under current scaling; the cast alone under MXFP8. Delayed scaling casts every
+expert in one kernel."""
+MXFP8_SWIZZLES_PER_GEMM = 2
+"""One scale-swizzle kernel per operand of an MXFP8 grouped GEMM."""
 
 
 class Fp8Casts:
@@ -127,7 +148,8 @@ class Fp8Casts:
                 if k.name in SEQUENCE_GATHERED_INPUTS:
                     per_input = self._gathered(per_input, fused=self._fusable(k))
                 traffic = inputs * per_input + weights * self.weight_bytes_per_element()
-                out.append(Kernel(f"{k.name}.fp8_quantize", OpClass.ELEMENTWISE, 0.0, traffic))
+                out.append(Kernel(f"{k.name}.fp8_quantize", OpClass.ELEMENTWISE, 0.0, traffic,
+                                  launches=self.cast_launches(k, gemms=1)))
             out.append(k)
         return tuple(out)
 
@@ -143,9 +165,20 @@ class Fp8Casts:
                 if layer in SEQUENCE_GATHERED_GRADS:
                     per_grad = self._gathered(per_grad, fused=False)
                 out.append(Kernel(f"{layer}.fp8_quantize_grad", OpClass.ELEMENTWISE, 0.0,
-                                  grads * per_grad))
+                                  grads * per_grad, launches=self.cast_launches(k, gemms=2)))
             out.append(k)
         return tuple(out)
+
+    def cast_launches(self, k: Kernel, gemms: int) -> int:
+        """Kernels that quantise one operand of ``k`` and prepare the ``gemms`` grouped GEMMs
+        that use it (forward: fprop; backward: dgrad and wgrad): one for a dense GEMM (or all
+        experts at once under delayed scaling or NVFP4), else each expert's cast kernels and,
+        under MXFP8, the scale swizzles (see the module docstring)."""
+        per_cast = 0 if self.nvfp4 else EXPERT_CAST_KERNELS.get(self.recipe, 0)
+        if k.launches == 1 or not per_cast:
+            return 1
+        swizzles = MXFP8_SWIZZLES_PER_GEMM * gemms if self.recipe is Fp8Recipe.MXFP8 else 0
+        return k.launches * per_cast + swizzles
 
     def _gathered(self, per_element: float, fused: bool) -> float:
         """Cast traffic per gathered element of an operand that sequence parallelism
