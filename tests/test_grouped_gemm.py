@@ -6,7 +6,8 @@ import dataclasses
 import pytest
 
 from clustersim.hardware_specs import Dtype
-from clustersim.simulator.cost.compute import GROUPED_GEMM_LAUNCH_S, ComputeModel
+from clustersim.simulator.cost.compute import (GROUPED_GEMM_LAUNCH_S, GROUPED_GEMM_STREAMS,
+                                               LAUNCH_GAP_S, ComputeModel, concurrent_gemms)
 from clustersim.workloads.job import Job
 from clustersim.workloads.kernels import backward_of, gemm
 from clustersim.workloads.layer_ops import LayerOps
@@ -51,9 +52,25 @@ def test_splitting_the_same_work_over_more_experts_costs_one_fixed_cost_per_expe
     model = _isolated(catalog, "b200")
     one = model.kernel_time(gemm("x", 4096, 768, 2048, 2.0, Dtype.BF16, 8, 8))
     two = model.kernel_time(gemm("x", 2048, 768, 2048, 2.0, Dtype.BF16, 16, 16))
-    batched = model.kernel_time(gemm("x", 2048, 768, 2048, 2.0, Dtype.BF16, 16, 1))
-    assert two - batched == pytest.approx(15 * GROUPED_GEMM_LAUNCH_S)
+    four_at_once = model.kernel_time(gemm("x", 2048, 768, 2048, 2.0, Dtype.BF16, 4, 1))
+    # Sixteen GEMMs on four streams run as four sets of four; one launch gap, then one fixed
+    # cost per further GEMM.
+    assert two - 4 * four_at_once == pytest.approx(15 * GROUPED_GEMM_LAUNCH_S
+                                                   - 3 * LAUNCH_GAP_S)
     assert two > one
+
+
+@pytest.mark.parametrize("experts", [1, 2, 4, 8, 16, 32])
+def test_expert_gemms_fill_waves_four_streams_at_a_time(catalog, experts):
+    """TE's multi_stream_cublas_gemm puts GEMM i on stream i % 4: the tiles of at most four
+    expert GEMMs share the SMs, while one batched kernel's whole batch does."""
+    model = _isolated(catalog, "h100-sxm")
+    looped = gemm("x", 512, 1536, 4096, 2.0, Dtype.BF16, experts, experts)
+    batched = gemm("x", 512, 1536, 4096, 2.0, Dtype.BF16, min(experts, GROUPED_GEMM_STREAMS))
+    assert model.efficiency(looped) == pytest.approx(model.efficiency(batched))
+    assert concurrent_gemms(looped) == min(experts, 4)
+    whole = gemm("x", 512, 1536, 4096, 2.0, Dtype.BF16, experts)
+    assert model.efficiency(whole) >= model.efficiency(looped)
 
 
 def test_expert_gemms_launch_once_per_local_expert_forward_and_backward():

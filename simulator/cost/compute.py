@@ -11,7 +11,8 @@
   (query tiles over batch x heads; the key length plays K).
 - Element-wise kernels move bytes at ``HBM bandwidth x memory efficiency``.
 Every kernel is also bounded below by its HBM traffic (roofline) and pays a launch gap; a
-grouped GEMM run as one GEMM per expert pays a measured fixed cost for each of them.
+grouped GEMM run as one GEMM per expert pays a measured fixed cost for each of them, and fills
+the SMs' waves with the tiles of the four GEMMs its streams run at a time.
 A calibrated device profile (``efficiency.curves``) replaces the analytic factors by measured
 ``size -> fraction`` curves.
 """
@@ -53,7 +54,23 @@ GROUPED_GEMM_LAUNCH_S = (1.0 / 553.945e12 - 1.0 / 627.903e12) * 2 * 2048 * 768 *
 four streams): 2.74 us. TE PR #2045 (TE 2.7, CUDA 12.9, H100) measured ``general_grouped_gemm``
 at 553.9 TFLOP/s for 16 experts of 2048 x 768 x 2048 and 627.9 TFLOP/s for 8 experts of
 4096 x 768 x 2048: the same FLOPs, n and k, so the 21.9 us between them is the cost of the 8
-extra GEMMs."""
+extra GEMMs. The four-stream waves (``GROUPED_GEMM_STREAMS``) make the 16 smaller GEMMs 8.6 us
+slower than the 8 larger ones as well; taking that out (1.66 us per GEMM) would put the two
+shapes 10% and 11% above their measured rates, against 0.4% and 6% with the whole difference
+charged per GEMM, so the whole difference stays here."""
+
+
+GROUPED_GEMM_STREAMS = 4
+"""Streams Transformer Engine's grouped GEMM spreads its per-expert cuBLAS GEMMs over
+(``multi_stream_cublas_gemm``: GEMM i on compute stream i % 4; ``num_compute_streams = 4`` in
+``common/util/multi_stream.cpp``, TE 2.2-2.13): at most four expert GEMMs share the SMs at a
+time, so their tiles fill waves four GEMMs' worth at a time, not all experts' at once."""
+
+
+def concurrent_gemms(k: Kernel) -> int:
+    """GEMMs whose tiles share the SMs' waves: a batched kernel's whole batch, or as many of
+    a loop of separate GEMMs as run on concurrent streams."""
+    return k.batch if k.launches == 1 else min(k.batch, GROUPED_GEMM_STREAMS)
 
 
 def shape_factor(m: int, n: int, k: int, batch: int, sms: int, k_overhead: float) -> float:
@@ -110,7 +127,8 @@ class ComputeModel:
             if k.dtype is Dtype.NVFP4 and eff.matmul_fp8:
                 fp8_rate = eff.matmul_fp8 * self.device.flops(Dtype.FP8) * NVFP4_OVER_FP8_GEMM
                 ceiling = min(1.0, fp8_rate / self.device.flops(Dtype.NVFP4))
-            return ceiling * shape_factor(k.m, k.n, k.k, k.batch, sms, K_LOOP_OVERHEAD)
+            return ceiling * shape_factor(k.m, k.n, k.k, concurrent_gemms(k), sms,
+                                          K_LOOP_OVERHEAD)
         if op in ATTENTION_CLASSES:
             # Query tiles of 128 over batch x heads; the key length is the inner loop.
             ceiling = {OpClass.ATTENTION_FA3: eff.attention_fa3,
