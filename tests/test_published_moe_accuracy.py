@@ -47,27 +47,27 @@ NATURAL = ("natural routing (the recipe's auxiliary loss, steps 91-100 from rand
            "run, so expert_skew is not set (its forced-routing twin: "
            "tests/test_published_moe_pairs.py)")
 OFF = {
-    "mbcard_qwen3_30b_a3b_h100_16gpu_bf16_hybridep_a2a_overlap": "-16.9%: the 1F1B all-to-all "
+    "mbcard_qwen3_30b_a3b_h100_16gpu_bf16_hybridep_a2a_overlap": "-16.7%: the 1F1B all-to-all "
     "overlap takes 4.70 s off the step as modelled, 3.72 s as measured (its no-overlap twin "
-    "-10.4%; the source's profile: 36.55% of the communication hidden); not identified",
-    "mbcard_qwen3_30b_a3b_h100_16gpu_bf16_natural_routing": "-26.9%: " + NATURAL,
-    "mbcard_qwen3_30b_a3b_gb200_8gpu_mxfp8_natural_routing": "-48.4%: " + NATURAL + "; TE-scoped "
+    "-10.2%; the source's profile: 36.55% of the communication hidden); not identified",
+    "mbcard_qwen3_30b_a3b_h100_16gpu_bf16_natural_routing": "-26.8%: " + NATURAL,
+    "mbcard_qwen3_30b_a3b_gb200_8gpu_mxfp8_natural_routing": "-46.9%: " + NATURAL + "; TE-scoped "
     "CUDA graphs instead of the tuned row's full-iteration graphs (host time not modelled)",
-    "mb2511_qwen3_30b_a3b_h100_16gpu_fp8": "predicted 2.8x as fast (-64%): 16 experts of 768 per "
+    "mb2511_qwen3_30b_a3b_h100_16gpu_fp8": "predicted 2.6x as fast (-62%): 16 experts of 768 per "
     "GPU, 2 sequences per micro-batch, 24 one-layer chunks per stage, the recipe's 1F1B all-to-all "
     "overlap; its 25.09 token-drop twin "
     "(no sync) runs 1.99x as fast and is predicted -21%; " + HOST_BOUND,
     "mb2606_qwen3_30b_a3b_h100_16gpu_fp8": "-34%: 8 experts per GPU at one sequence per micro-"
     "batch, EP16 over two nodes with the recipe's HybridEP run as DeepEP; " + HOST_BOUND,
-    "mb2511_qwen3_30b_a3b_b200_8gpu_mxfp8": "predicted 2.8x as fast (-65%): 9.2 ms per layer and "
-    "micro-batch of 4,096 tokens against 3.2 ms of GPU work modelled; its 25.09 token-drop twin "
-    "(no sync, whole layers CUDA-graphed) runs 1.94x as fast and is itself predicted -32%; "
+    "mb2511_qwen3_30b_a3b_b200_8gpu_mxfp8": "predicted 2.7x as fast (-63%): 9.2 ms per layer and "
+    "micro-batch of 4,096 tokens against 3.4 ms of GPU work modelled; its 25.09 token-drop twin "
+    "(no sync, whole layers CUDA-graphed) runs 1.94x as fast and is itself predicted -31%; "
     + HOST_BOUND,
-    "mb2511_qwen3_30b_a3b_gb200_8gpu_mxfp8": "-30% at micro-batch 4 with the recipe's HybridEP "
-    "run as DeepEP, as its 25.09 token-drop twin (-29%, no slower than this dropless run): not "
+    "mb2511_qwen3_30b_a3b_gb200_8gpu_mxfp8": "-28% at micro-batch 4 with the recipe's HybridEP "
+    "run as DeepEP, as its 25.09 token-drop twin (-28.5%, no slower than this dropless run): not "
     "the dropless path's host time; " + GPU_GAP,
-    "mb2509_qwen3_30b_a3b_b200_8gpu_fp8_tokendrop": "-32% " + GPU_GAP,
-    "mb2509_qwen3_30b_a3b_gb200_8gpu_fp8_tokendrop": "-29% " + GPU_GAP,
+    "mb2509_qwen3_30b_a3b_b200_8gpu_fp8_tokendrop": "-31% " + GPU_GAP,
+    "mb2509_qwen3_30b_a3b_gb200_8gpu_fp8_tokendrop": "-28.5% " + GPU_GAP,
     "mb2509_qwen3_30b_a3b_h100_16gpu_fp8_tokendrop": "-21% (kernels issued eagerly, no graphs) "
     + GPU_GAP,
     "torchtitan_llama3_8b_8gpu_fsdp8_cp1": "+19%: torch.compile and Float8 linears at 32K on "
