@@ -46,6 +46,24 @@ REPLAYED = {
 """Steps replayed in full: too short for their period, no steady state, or not the same in
 every micro-batch."""
 
+GPT3_WIDTH = {"name": "gpt3-width", "layers": 16, "hidden": 12288, "heads": 96, "vocab": 51200}
+"""GPT-3 175B's layer on A100 with TP16 across two nodes: the transfers of neighbouring stages
+meet on the shared NICs, and the pipeline settles late or repeats only every few rounds."""
+
+SETTLING = {"name": "settling", "model": GPT3_WIDTH,
+            "training": {"seq_len": 2048, "global_batch": 192},
+            "strategy": {"tp": 16, "pp": 4, "dp": 1, "zero": 3},
+            "cluster": {"gpu": "a100-80gb", "num_gpus": 64}}
+"""A 1F1B pipeline that settles stage by stage: not before about 16 micro-batches."""
+
+TWO_ROUNDS = {"name": "two-rounds", "model": {**GPT3_WIDTH, "layers": 64},
+              "training": {"seq_len": 2048, "global_batch": 384},
+              "strategy": {"tp": 16, "pp": 8, "dp": 1, "schedule": "interleaved",
+                           "virtual_stages": 2},
+              "cluster": {"gpu": "a100-80gb", "num_gpus": 128}}
+"""An interleaved pipeline that repeats every 2 rounds (16 micro-batches), from about the
+16th: steps one round apart are 7 ms off at 384 micro-batches."""
+
 MICROSECOND = 1e-6
 
 
@@ -130,9 +148,33 @@ def test_records_faults_and_expanded_ranks_are_replayed():
 def test_shorter_steps_keep_the_schedule_shape_and_stay_shorter():
     cfg = config("interleaved")
     plans = probe_plans(cfg.job)
-    assert [p.counts for p in plans] == [(8, 12, 16), (16, 20, 24), (32, 36, 40),
-                                         (64, 68, 72), (128, 132, 136)]   # twice the last
-    assert all(p.round == 4 and p.counts[2] < cfg.job.micro_batches for p in plans)
+    micro = cfg.job.micro_batches
+    shape = steady_state._warmups(cfg.job, micro)
+    assert {p.round for p in plans} == {4, 8, 16}   # 1, 2 and 4 rounds of pp = 4
+    assert sorted(p.counts for p in plans if p.round == 4)[:4] == [
+        (20, 24), (20, 24, 28), (32, 36), (32, 36, 40)]   # half again
+    for p in plans:
+        assert len(p.counts) in (2, 3) and p.counts[-1] < micro
+        assert all(b - a == p.round for a, b in zip(p.counts, p.counts[1:]))
+        assert (micro - p.counts[-1]) % p.round == 0
+        assert steady_state._warmups(with_micro_batches(cfg.job, p.counts[0]), p.counts[0]) \
+            == shape
+        # three periods of steady state after the longest warm-up (11 forwards of 2 chunks)
+        assert 2 * p.counts[0] - max(shape) >= 3 * 2 * p.round
+    assert [sum(p.counts) for p in plans] == sorted(sum(p.counts) for p in plans)
+
+
+def count_replays(monkeypatch) -> list:
+    """The traces of every shorter step the steady state replays from now on."""
+    started = []
+
+    class Counting(StepSimulation):
+        def __init__(self, trace, *args, **kwargs):
+            started.append(trace)
+            super().__init__(trace, *args, **kwargs)
+
+    monkeypatch.setattr(steady_state, "StepSimulation", Counting)
+    return started
 
 
 def test_a_plan_that_cannot_finish_within_the_allowance_is_never_started(monkeypatch):
@@ -142,19 +184,12 @@ def test_a_plan_that_cannot_finish_within_the_allowance_is_never_started(monkeyp
     first = probe_plans(cfg.job)[0]
     monkeypatch.setattr(steady_state, "SHORTER_SHARE",
                         (sum(first.counts) - 1) / cfg.job.micro_batches)
-    started = []
-
-    class Counting(StepSimulation):
-        def __init__(self, trace, *args, **kwargs):
-            started.append(trace)
-            super().__init__(trace, *args, **kwargs)
-
-    monkeypatch.setattr(steady_state, "StepSimulation", Counting)
+    started = count_replays(monkeypatch)
     assert steady_step(cfg.job, cfg.cluster, options) is None
     assert started == []
     monkeypatch.setattr(steady_state, "SHORTER_SHARE", sum(first.counts) / cfg.job.micro_batches)
     assert steady_step(cfg.job, cfg.cluster, options) is not None
-    assert len(started) == 3
+    assert len(started) == len(first.counts)
 
 
 @pytest.mark.parametrize("name", ["1f1b", "zero3-dp2", "gpipe"])
@@ -174,3 +209,61 @@ def test_the_critical_summary_is_the_step_summary_of_its_class(name):
     assert kept.critical_class == full.critical_class
     assert kept.breakdown == full.breakdown
     assert kept.peak_memory_bytes / 1e9 == full.peak_memory_gb
+
+
+def replays(cfg, options, *counts):
+    """Steps of ``counts`` micro-batches replayed, with their step times."""
+    out = []
+    for m in counts:
+        replay = StepSimulation(build_trace(with_micro_batches(cfg.job, m)), cfg.cluster,
+                                options).replay()
+        out.append((replay, max(t.finish_s for t in replay.timelines)))
+    return out
+
+
+def test_a_period_of_two_rounds_is_found_and_one_round_is_refused():
+    """One round apart, the steps are not the shorter with a round inserted (the pipeline
+    does not repeat round by round); two rounds apart they are, and the period settles."""
+    cfg = config_from_mapping(TWO_ROUNDS)
+    options = replace(simulation_options(cfg), record=False)
+    (a, ta), (b, tb), (c, tc) = replays(cfg, options, 32, 40, 48)
+    assert not steady_state._inserted_round(a, b, tb - ta)
+    assert steady_state._inserted_round(a, c, tc - ta)
+
+
+def assert_steady_equals_full(mapping: dict) -> None:
+    """The step of ``mapping`` comes from shorter steps, and equals its full replay."""
+    cfg = config_from_mapping(mapping)
+    options = replace(simulation_options(cfg), record=False)
+    full = point_of(simulate(build_trace(cfg.job), cfg.cluster, options))
+    fast = steady_step(cfg.job, cfg.cluster, options)
+    assert fast is not None
+    assert_same_point(full, replace(fast, events=full.events))
+
+
+@pytest.mark.slow
+def test_a_step_that_repeats_every_two_rounds_equals_its_full_replay():
+    assert_steady_equals_full(TWO_ROUNDS)
+
+
+def test_a_pipeline_that_settles_late_comes_from_steps_past_its_settling(monkeypatch):
+    """The first pair is refused (stages after the first have not settled); the share of
+    stages settled in it tells how much longer the next steps must be, and a pair past the
+    settling gives the full replay's point. With half the micro-batches, that pair does not
+    fit: nothing more is run and the step is replayed in full."""
+    assert_steady_equals_full(SETTLING)
+    options = replace(simulation_options(config_from_mapping(SETTLING)), record=False)
+    short = config_from_mapping({**SETTLING, "training": {"seq_len": 2048, "global_batch": 96}})
+    started = count_replays(monkeypatch)
+    assert steady_step(short.job, short.cluster, options) is None
+    assert len(started) <= len(probe_plans(short.job)[0].counts)   # the first plan only
+
+
+def test_settled_share_counts_stages_that_repeat_a_period():
+    cfg = config_from_mapping(SETTLING)
+    options = replace(simulation_options(cfg), record=False)
+    probes = steady_state._ProbeSteps(cfg.job, cfg.cluster, options)
+    early, late = probes.run(8)[0], probes.run(40)[0]
+    lags = probes.lags(8, 9)
+    assert 0 < steady_state._settled_share(early, lags) < 1   # the first stages only
+    assert steady_state._settled_share(late, lags) == 1

@@ -1,26 +1,29 @@
 """A step of many micro-batches from three short ones: the pipeline's steady state, simulated once.
 
 With identical micro-batches a 1F1B or interleaved pipeline repeats itself once every stage's
-warm-up is over: each further round of the schedule (one micro-batch under 1F1B, ``pp`` under the
-interleaved schedule, whose micro-batches advance in groups of ``pp``) adds the same time to the
-step and to each part of every rank class's breakdown, while warm-up, drain, gradient reduction
-and optimizer stay what they are. The step time is then affine in the micro-batch count, and a
-step of ``m`` micro-batches follows from three shorter ones ``m1 < m2 < m3``, one round apart,
-whose schedule has the same shape (every stage's warm-up as long as in the full step, and shorter
-than its passes).
+warm-up is over: each further period of the schedule (one micro-batch under 1F1B, or ``pp``;
+one to four rounds of ``pp`` under the interleaved schedule, whose micro-batches advance in
+rounds of ``pp``) adds the same time to the step and to each part of every rank class's
+breakdown, while warm-up, drain, gradient reduction and optimizer stay what they are. The step
+time is then affine in the number of periods, and a step of ``m`` micro-batches follows from
+two or three shorter ones one period apart, whose schedule has the same shape.
 
-This is a check, not an assumption. A pipeline can take hundreds of micro-batches to settle: a
-stage whose own period is slightly longer than the step's growth absorbs its slack round by round,
-and the step time bends once it is used up (seen on GPT-3 175B, TP16 x PP32: three shorter steps
-on one line, 8 ms off at 768 micro-batches). So each shorter step is compared op by op with the
-next: every op of every rank class must either end exactly as before (ahead of the inserted
-round) or exactly one round's growth later (after it). Then a round of the longer step repeats the
-one before it, shifted, and by determinism so does every later round: the step is periodic and
-its time affine from there on. On top, every class's finish time and each part of the critical
-class's breakdown (what a sweep keeps) must grow by the same amount over both rounds, within
-:data:`TOLERANCE_S`. When anything fails, or when something is not the same in every micro-batch
-(faults, interference, expanded ranks, per-op records for a trace, FP8 weight casts spread over
-the step's micro-batches, uneven data-parallel replicas), the step is replayed in full.
+This is a check, not an assumption. A pipeline can take hundreds of micro-batches to settle
+(GPT-3 175B with TP16 across two A100 nodes: each 1F1B stage about 5.5 micro-batches after
+the one before), and an interleaved one may repeat only every few rounds (TP16 x PP8: every 4,
+32 micro-batches; steps one round apart are then ms off). So each shorter step is compared op
+by op with the next: every op of every rank class must either end exactly as before (ahead of
+the inserted period) or exactly one period's growth later (after it). Then a period of the
+longer step repeats the one before it, shifted; a pair stands for the step when, in every
+class of the longer step, the inserted period's ops each end one period's growth after the
+same op a period before (the state it leaves is the one it found), and a triple when every
+class's finish time and each part of the critical class's breakdown grow by the same amount
+over both periods, within :data:`TOLERANCE_S`. A step whose first shorter step shows a stage
+that repeats no period is not continued, and when only some stages have settled, shorter steps
+than the share settled needs are not tried. When anything fails, or when something is not the
+same in every micro-batch (faults, interference, expanded ranks, per-op records for a trace,
+FP8 weight casts spread over the step's micro-batches, uneven data-parallel replicas), the step
+is replayed in full.
 """
 
 from __future__ import annotations
@@ -48,14 +51,22 @@ TOLERANCE_S = 1e-7
 """How far (seconds) an extrapolated number may be from the full replay's, in the worst case the
 check allows: a tenth of the microsecond that step times are compared to."""
 
-SHORTER_SHARE = 1 / 3
+SHORTER_SHARE = 1 / 2
 """The shorter steps tried for a step run at most this share of its micro-batches, together: a
-step that never settles costs at most 4/3 replays, one that does at most a third of one. A 1F1B
-step of 12 micro-batches per stage (``pp``) needs just over a quarter for its first plan (``pp +
-1`` to ``pp + 3``); one of 24 cannot afford a second plan after the first failed."""
+step that never settles costs at most 3/2 replays, one that does at most half of one. An
+interleaved step of 24 rounds (GPT-3 175B, TP16 x PP32 of 768 micro-batches) settles about a
+round after its warm-up and needs 11 of them for its pair (5 and 6 rounds)."""
 
 OP_TOLERANCE_S = 1e-9
 """Rounding allowed when two replays' op times are compared (sums of floats in another order)."""
+
+STEADY_PERIODS = 3
+"""Periods of steady state after the longest warm-up in a plan's first step: two to show a
+period repeat the one before it (:func:`_settled_share`), and one for the pipeline to settle
+after its warm-up (GPT-3 175B, TP16 or TP32 x PP32 interleaved on A100: about one round)."""
+
+INTERLEAVED_PERIODS = (1, 2, 4)
+"""Periods, in rounds of ``pp`` micro-batches, looked for in an interleaved pipeline."""
 
 STEADY_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
 """Schedules with a warm-up, a steady state and a drain (GPipe has no steady state; DualPipe's
@@ -64,18 +75,19 @@ phases depend on the micro-batch count)."""
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Probes:
-    """Three shorter steps that may stand for a step of ``micro_batches``."""
+    """Shorter steps, a pair or a triple, that may stand for a step of ``micro_batches``."""
 
     micro_batches: int
-    counts: tuple[int, int, int]
-    """Micro-batches of the shorter steps, one round apart."""
+    counts: tuple[int, ...]
+    """Micro-batches of the shorter steps, one period apart: a pair or a triple."""
     round: int
-    """Micro-batches per round of the schedule."""
+    """Micro-batches per period: the shorter steps are one period apart, and the full step
+    is a whole number of periods past the last."""
 
     @property
     def rounds_beyond(self) -> int:
-        """Rounds between the last shorter step and the full one."""
-        return (self.micro_batches - self.counts[2]) // self.round
+        """Periods between the last shorter step and the full one."""
+        return (self.micro_batches - self.counts[-1]) // self.round
 
 
 def replay_reason(job: Job, cluster: ClusterSpec, options: SimulationOptions) -> str | None:
@@ -98,26 +110,35 @@ def replay_reason(job: Job, cluster: ClusterSpec, options: SimulationOptions) ->
 
 
 def probe_plans(job: Job) -> list[Probes]:
-    """Shorter steps to try, the cheapest first: for each round, from the fewest micro-batches
-    with the full step's schedule shape, then twice as many and so on (a pipeline may take
-    many rounds to settle). A 1F1B round is one micro-batch where nothing but the schedule
-    repeats, ``pp`` where transfers of neighbouring stages meet on shared links in a pattern
-    that repeats with the pipeline; the interleaved schedule's micro-batches advance in groups
-    of ``pp``."""
+    """Shorter steps to try, the cheapest first: for each period, a pair and a triple from the
+    fewest micro-batches whose schedule has the full step's shape and, in every stage,
+    :data:`STEADY_PERIODS` periods of steady state after the warm-up, then
+    half as many again and so on (a pipeline may take many periods to settle). A 1F1B period
+    is one micro-batch where nothing but the schedule repeats, ``pp`` where transfers of
+    neighbouring stages meet on shared links in a pattern that repeats with the pipeline; the
+    interleaved schedule's micro-batches advance in rounds of ``pp``, and its transfers may
+    repeat only every few rounds (GPT-3 175B, TP16 x PP8 on A100: every 4 rounds, 32
+    micro-batches): periods of :data:`INTERLEAVED_PERIODS` rounds are tried."""
     s, micro = job.strategy, job.micro_batches
     shape = _warmups(job, micro)
     if shape is None:
         return []
     interleaved = s.schedule is Schedule.INTERLEAVED and s.virtual_stages > 1
+    periods = {s.pp * k for k in INTERLEAVED_PERIODS} if interleaved else {1, s.pp}
     plans = []
-    for group in sorted({s.pp} if interleaved else {1, s.pp}):
-        first = micro % group or group
-        while first < micro and _warmups(job, first) != shape:
-            first += group
-        while first + 2 * group < micro:
-            plans.append(Probes(micro_batches=micro, round=group,
-                                counts=(first, first + group, first + 2 * group)))
-            first += -(-first // group) * group   # at least twice as many, one residue
+    for period in sorted(periods):
+        first = micro % period or period
+        while first < micro and (_warmups(job, first) != shape or
+                                 first * s.virtual_stages - max(shape)
+                                 < STEADY_PERIODS * period * s.virtual_stages):
+            first += period
+        while first + period < micro:
+            plans.append(Probes(micro_batches=micro, round=period,
+                                counts=(first, first + period)))
+            if first + 2 * period < micro:
+                plans.append(Probes(micro_batches=micro, round=period,
+                                    counts=(first, first + period, first + 2 * period)))
+            first += max(period, -(-first // (2 * period)) * period)   # half again, one residue
     return sorted(plans, key=lambda p: (sum(p.counts), p.round))
 
 
@@ -183,36 +204,134 @@ def simulate_job(job: Job, cluster: ClusterSpec, options: SimulationOptions) -> 
 
 
 def steady_step(job: Job, cluster: ClusterSpec, options: SimulationOptions) -> StepPoint | None:
-    """The step of ``job`` from shorter steps (:func:`probe_plans`, each tried in turn, the
-    next as soon as two of its steps are not one round apart op by op), or None when none of
-    them is periodic within :data:`SHORTER_SHARE` of its micro-batches. A plan whose steps
-    would not all fit in that allowance, with the steps already run, is never started: its
-    first steps would be wasted."""
-    done: dict[int, tuple[Replay, CriticalSummary]] = {}
-    totals: Trace | None = None
+    """The step of ``job`` from shorter steps (:func:`probe_plans`), or None when none of them
+    is periodic within :data:`SHORTER_SHARE` of its micro-batches. The next plan tried is the
+    one that needs the fewest micro-batches more; a plan whose steps would not all fit in the
+    allowance, with the steps already run, is never started (its first steps would be wasted),
+    and neither is one whose first step shows a stage that repeats no period of the plan's
+    length (:func:`_settled_share`). When a failed plan's longest step shows only some stages
+    settled, the pipeline is settling stage by stage (:func:`_settle_floor`): shorter steps
+    than the share settled would need are not tried. A pair stands for the step when its
+    longer step is settled around the inserted period (:func:`_settled_round`); else the
+    third step of its triple checks that the step grows the same over two periods."""
+    probes = _ProbeSteps(job, cluster, options)
     budget = SHORTER_SHARE * job.micro_batches
-    for plan in probe_plans(job):
-        if sum(done) + sum(m for m in plan.counts if m not in done) > budget:
-            continue   # it could not finish within the allowance: never start it
-        periodic = True
-        for earlier, later in ((None, plan.counts[0]), *zip(plan.counts, plan.counts[1:])):
-            if later not in done:
-                trace = build_trace(with_micro_batches(job, later))
-                replay = StepSimulation(trace, cluster, options).replay()
-                done[later] = replay, critical_summary(replay, trace)
-                totals = totals or replace(trace, model_flops=job.model_flops_per_step,
-                                           tokens=float(job.training.tokens_per_step))
-            if earlier is not None:
-                (a, ra), (b, rb) = done[earlier], done[later]
-                if not _inserted_round(a, b, rb.step_time_s - ra.step_time_s):
-                    periodic = False
-                    break
-        if not periodic:
-            continue
-        steady = extrapolate(plan, [done[m][1] for m in plan.counts], totals, cluster)
+    floor: dict[int | None, float] = {None: 0.0}
+    """The fewest micro-batches worth trying, for every period (None) and for one."""
+    plans = probe_plans(job)
+    while True:
+        plans = [p for p in plans if p.counts[0] >= max(floor[None], floor.get(p.round, 0))
+                 and probes.spent + probes.new_steps(p) <= budget   # it could finish
+                 and all(probes.apart.get(pair, True) for pair in zip(p.counts, p.counts[1:]))]
+        if not plans:
+            return None
+        plan = min(plans, key=lambda p: (probes.new_steps(p), p.round, sum(p.counts)))
+        plans.remove(plan)
+        steady = probes.try_plan(plan)
         if steady is not None:
-            return replace(steady, events=sum(r.events for _, r in done.values()))
-    return None
+            return steady
+        period, least = probes.settle_floor(plan)
+        floor[period] = max(floor.get(period, 0.0), least)
+
+
+class _ProbeSteps:
+    """The shorter steps of one job replayed so far (each once), and what they showed."""
+
+    def __init__(self, job: Job, cluster: ClusterSpec, options: SimulationOptions):
+        self.job, self.cluster, self.options = job, cluster, options
+        self.done: dict[int, tuple[Replay, CriticalSummary]] = {}
+        self.ops: dict[int, tuple[int, ...]] = {}
+        """micro-batches -> each program's op count (known once its trace is built)."""
+        self.traces: dict[int, Trace] = {}
+        """Built, not replayed yet."""
+        self.apart: dict[tuple[int, int], bool] = {}
+        """Whether the longer of two steps is the shorter with a period inserted, op by op."""
+        self.totals: Trace | None = None
+
+    @property
+    def spent(self) -> int:
+        return sum(self.done)
+
+    def new_steps(self, plan: Probes) -> int:
+        """Micro-batches of ``plan``'s steps not run yet."""
+        return sum(m for m in plan.counts if m not in self.done)
+
+    def trace(self, micro: int) -> Trace:
+        if micro not in self.traces:
+            self.traces[micro] = build_trace(with_micro_batches(self.job, micro))
+            self.ops[micro] = tuple(len(p.ops) for p in self.traces[micro].programs)
+        return self.traces[micro]
+
+    def run(self, micro: int) -> tuple[Replay, CriticalSummary]:
+        if micro not in self.done:
+            trace = self.trace(micro)
+            del self.traces[micro]
+            replay = StepSimulation(trace, self.cluster, self.options).replay()
+            self.done[micro] = replay, critical_summary(replay, trace)
+            self.totals = self.totals or replace(
+                trace, model_flops=self.job.model_flops_per_step,
+                tokens=float(self.job.training.tokens_per_step))
+        return self.done[micro]
+
+    def lags(self, shorter: int, longer: int) -> tuple[int, ...]:
+        """Each class's ops inserted between the steps of ``shorter`` and ``longer``."""
+        if longer not in self.ops:
+            self.trace(longer)
+        a, b = self.ops[shorter], self.ops[longer]
+        return tuple(b[tl.rank_class.program] - a[tl.rank_class.program]
+                     for tl in self.done[shorter][0].timelines)
+
+    def try_plan(self, plan: Probes) -> StepPoint | None:
+        """The step from ``plan``'s steps, run as far as they agree (None: they do not)."""
+        first, second = plan.counts[:2]
+        fresh = first not in self.done
+        a, ra = self.run(first)
+        if fresh and second not in self.done and _settled_share(a, self.lags(first, second)) < 1:
+            return None   # a stage repeats no period yet: the longer step would be wasted
+        for earlier, later in zip(plan.counts, plan.counts[1:]):
+            if (earlier, later) not in self.apart:
+                (a, ra), (b, rb) = self.run(earlier), self.run(later)
+                self.apart[earlier, later] = _inserted_round(a, b,
+                                                             rb.step_time_s - ra.step_time_s)
+            if not self.apart[earlier, later]:
+                return None
+        if len(plan.counts) == 2:
+            (a, ra), (b, rb) = (self.done[m] for m in plan.counts)
+            if not _settled_round(a, b, rb.step_time_s - ra.step_time_s):
+                return None
+        steady = extrapolate(plan, [self.done[m][1] for m in plan.counts], self.totals,
+                             self.cluster)
+        return None if steady is None else replace(
+            steady, events=sum(r.events for _, r in self.done.values()))
+
+    def settle_floor(self, plan: Probes) -> tuple[int | None, float]:
+        """The fewest micro-batches worth trying after ``plan`` failed, for every period
+        (None) or for ``plan``'s: when its longest step shows some stages settled and others
+        not (a pipeline that settles stage by stage: GPT-3 175B, TP16 x PP32 1F1B on A100,
+        about 5.5 micro-batches a stage), that step over the share settled, for any period;
+        when it shows none, twice that step for this period (it may be the wrong one)."""
+        longest = max(m for m in plan.counts if m in self.done)
+        share = _settled_share(self.done[longest][0], self.lags(*plan.counts[:2]))
+        if share == 0:
+            return plan.round, 2.0 * longest
+        return None, longest / share if share < 1 else 0.0
+
+
+def _settled_share(replay: Replay, lags: tuple[int, ...]) -> float:
+    """The share of ``replay``'s classes in which two periods of ops in a row each end a fixed
+    time after the same op a period before (``lags``: each class's ops per period; a class
+    without any counts as settled)."""
+    settled = 0
+    for tl, lag in zip(replay.timelines, lags, strict=True):
+        end = np.asarray(tl.end_s)
+        if lag <= 0 or len(end) < 3 * lag:
+            settled += lag <= 0
+            continue
+        repeat = end[lag:] - end[:-lag]
+        steady = np.abs(np.diff(repeat)) <= OP_TOLERANCE_S
+        edges = np.flatnonzero(np.diff(np.concatenate(([0], steady.astype(np.int8), [0]))))
+        settled += bool(len(edges)) and int((edges[1::2] - edges[::2]).max()) >= lag
+    return settled / len(replay.timelines)
 
 
 def _inserted_round(shorter: Replay, longer: Replay, growth_s: float) -> bool:
@@ -236,6 +355,24 @@ def _leading(ok: np.ndarray) -> int:
     """How many of ``ok`` are true before the first false."""
     misses = np.flatnonzero(~ok)
     return int(misses[0]) if len(misses) else len(ok)
+
+
+def _settled_round(shorter: Replay, longer: Replay, growth_s: float) -> bool:
+    """In every class of ``longer`` (``shorter`` with a period inserted, :func:`_inserted_round`),
+    the ops of the period after the point where it parts from ``shorter`` each end ``growth_s``
+    after the same op a period before: the state the inserted period leaves is the one it
+    found, shifted, so a longer step inserts the same period again. This stands for a third
+    step one period further."""
+    for a, b in zip(shorter.timelines, longer.timelines, strict=True):
+        end, later = np.asarray(a.end_s), np.asarray(b.end_s)
+        lag = len(later) - len(end)
+        parted = _leading(np.abs(later[:len(end)] - end) <= OP_TOLERANCE_S)
+        if lag <= 0 or parted < lag or parted + lag > len(later):
+            return False
+        window = later[parted:parted + lag] - later[parted - lag:parted]
+        if not np.all(np.abs(window - growth_s) <= OP_TOLERANCE_S):
+            return False
+    return True
 
 
 def extrapolate(plan: Probes, shorter: list[CriticalSummary], totals: Trace,
@@ -268,25 +405,25 @@ def _same_shape(shorter: list[CriticalSummary]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class _Line:
-    """Extrapolation over ``rounds`` more rounds from three values one round apart."""
+    """Extrapolation over ``rounds`` more periods from two or three values one period apart."""
 
     rounds: int
 
-    def at(self, a: float, b: float, c: float) -> float | None:
-        """``c`` plus ``rounds`` times the last round's growth, or None when the two rounds
-        grew by amounts so different that a drift at that rate would move the result by more
-        than :data:`TOLERANCE_S` (a second difference r kept for k rounds adds r k (k+1) / 2)."""
-        growth, drift = c - b, (c - b) - (b - a)
-        k = self.rounds
-        if abs(drift) * k * (k + 1) / 2 > TOLERANCE_S:
+    def at(self, *values: float) -> float | None:
+        """The last value plus ``rounds`` times the last period's growth; from three values,
+        None when the two periods grew by amounts so different that a drift at that rate would
+        move the result by more than :data:`TOLERANCE_S` (a second difference r kept for k
+        periods adds r k (k+1) / 2). Two values: a settled pair, checked op by op instead."""
+        b, c = values[-2:]
+        growth, k = c - b, self.rounds
+        if len(values) == 3 and abs(growth - (b - values[0])) * k * (k + 1) / 2 > TOLERANCE_S:
             return None
         return c + k * growth
 
-    def breakdown(self, a: Breakdown, b: Breakdown, c: Breakdown) -> Breakdown | None:
-        values = {name: self.at(getattr(a, name), getattr(b, name), getattr(c, name))
-                  for name in _PARTS}
-        exposed = {axis: self.at(a.exposed_comm_s[axis], b.exposed_comm_s[axis], value)
-                   for axis, value in c.exposed_comm_s.items()}
+    def breakdown(self, *parts: Breakdown) -> Breakdown | None:
+        values = {name: self.at(*(getattr(p, name) for p in parts)) for name in _PARTS}
+        exposed = {axis: self.at(*(p.exposed_comm_s[axis] for p in parts))
+                   for axis in parts[-1].exposed_comm_s}
         if None in values.values() or None in exposed.values():
             return None
         return Breakdown(exposed_comm_s=exposed, **values)
