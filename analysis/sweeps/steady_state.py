@@ -318,29 +318,34 @@ class _ProbeSteps:
 
 
 def _settled_share(replay: Replay, lags: tuple[int, ...]) -> float:
-    """The share of ``replay``'s classes that have settled: in which two periods of ops in a
-    row each end the same time after the same op a period before, and that time is the
-    longest any class repeats (``lags``: each class's ops per period). A stage still settling
-    may repeat itself at a shorter period until its slack is used up (GPT-3 175B, TP16 1F1B
-    on A100: 13 us a micro-batch faster), so a repeat alone does not show it settled."""
-    repeats = [_repeated_periods(np.asarray(tl.end_s), lag)
+    """The share of ``replay``'s classes that have settled: whose longest stretch of ops that
+    each end the same time after the same op a period before lasts two periods or more, and
+    that time is the longest of any class's (``lags``: each class's ops per period). A stage
+    still settling may repeat itself at a shorter period until its slack is used up (GPT-3
+    175B, TP16 1F1B on A100: 13 us a micro-batch faster), so a repeat alone does not show it
+    settled."""
+    repeats = [_longest_repeat(np.asarray(tl.end_s), lag)
                for tl, lag in zip(replay.timelines, lags, strict=True)]
-    longest = max((max(r) for r in repeats if r), default=None)
-    if longest is None:
+    known = [r for r in repeats if r is not None]
+    if not known:
         return 0.0
-    settled = sum(any(abs(p - longest) <= OP_TOLERANCE_S for p in r) for r in repeats)
-    return settled / len(repeats)
+    period = max(known)
+    return sum(abs(r - period) <= OP_TOLERANCE_S for r in known) / len(repeats)
 
 
-def _repeated_periods(end: np.ndarray, lag: int) -> list[float]:
-    """How long after the same op ``lag`` ops before each op ends, wherever that holds
-    unchanged for two periods of ops in a row."""
+def _longest_repeat(end: np.ndarray, lag: int) -> float | None:
+    """How long after the same op ``lag`` ops before each op ends, over the longest stretch
+    where that stays the same (None: no stretch of two periods of ops)."""
     if lag <= 0 or len(end) < 3 * lag:
-        return []
+        return None
     repeat = end[lag:] - end[:-lag]
     steady = np.abs(np.diff(repeat)) <= OP_TOLERANCE_S
     edges = np.flatnonzero(np.diff(np.concatenate(([0], steady.astype(np.int8), [0]))))
-    return [float(repeat[a]) for a, b in zip(edges[::2], edges[1::2]) if b - a >= lag]
+    if not len(edges):
+        return None
+    runs = edges[1::2] - edges[::2]
+    longest = int(np.argmax(runs))
+    return float(repeat[edges[2 * longest]]) if runs[longest] >= lag else None
 
 
 def _inserted_round(shorter: Replay, longer: Replay, growth_s: float) -> bool:
