@@ -39,7 +39,7 @@ from clustersim.simulator.cost.network import NetworkModel
 from clustersim.simulator.class_state import ClassState, Rendezvous, StreamRun
 from clustersim.simulator.device_groups import DeviceGroups
 from clustersim.simulator.flows import FlowNetwork
-from clustersim.simulator.interference import Interference
+from clustersim.simulator.interference import Interference, sm_share_slowdown
 from clustersim.simulator.lanes import LaneReplay, Unsupported, lane_classes
 from clustersim.simulator.options import Faults, NetworkMode, SimulationOptions
 from clustersim.simulator.records import Replay
@@ -101,7 +101,9 @@ class StepSimulation:
         self.interference = Interference.of(cluster.device,
                                             comm=options.comm_slowdown_when_overlapped,
                                             compute=options.compute_slowdown_when_overlapped)
-        self.fold = fold and not self.interference.any
+        self.held = _held_slowdowns(trace, cluster.device.compute_units)
+        """SM-share slowdown by the SMs a collective's kernels hold (``interference.py``)."""
+        self.fold = fold and not self.interference.any and not self.held
         self.env = env if env is not None else simpy.Environment()
         self.flows = ((flows if flows is not None
                        else FlowNetwork(self.env, self.network.topology.capacity))
@@ -118,7 +120,8 @@ class StepSimulation:
         """Classes of a transfer -> their link factors (fixed for a replay)."""
         """id(plan) -> (plan, its uncontended time): a plan's time walks its link loads."""
         self.lanes: LaneReplay | None = None
-        if options.expand and lanes and not options.one_class_per_rank(cluster.device):
+        if (options.expand and lanes and not options.one_class_per_rank(cluster.device)
+                and not self.held):
             self.classes, self.class_of = lane_classes(trace, self._conditions())
             try:
                 self.lanes = LaneReplay(
@@ -375,21 +378,22 @@ class StepSimulation:
                 intra *= 1.0 + slowdown
         return plan if net == 1.0 and intra == 1.0 else plan.scaled(net, intra)
 
-    def _transfer(self, plan: Plan, classes, extra_s: float = 0.0):
+    def _transfer(self, plan: Plan, classes, extra_s: float = 0.0, held: float = 0.0):
         """Run a plan for ``classes``: latency plus the longer of its NVLink part and its
         network part, the network part shared with other traffic under the flow model. While
-        it runs, those classes count it as a transfer in flight."""
+        it runs, those classes count it as a transfer in flight, whose kernels slow their
+        compute by ``held`` (the SMs they hold)."""
         env = self.env
-        interference = self.interference.any
+        interference = self.interference.any or bool(self.held)
         if interference:
             # Let compute ops that start at this instant start first: they overlap it.
             yield env.timeout(0)
         plan = self._stretched(plan, classes)
         if interference:
             expected = (self._plan_time(plan) + extra_s
-                        if self.interference.compute_slowdown else 0.0)
+                        if self.interference.compute_slowdown or held else 0.0)
             for c in classes:
-                self.states[c].activity.start_transfer(env.now, expected)
+                self.states[c].activity.start_transfer(env.now, expected, held)
         if self.flows is None or not plan.loads:
             yield env.timeout(self._plan_time(plan) + extra_s)
         else:
@@ -399,7 +403,7 @@ class StepSimulation:
             yield env.timeout(plan.latency_s + max(plan.intra_s, elapsed) - elapsed + extra_s)
         if interference:
             for c in classes:
-                self.states[c].activity.end_transfer()
+                self.states[c].activity.end_transfer(held)
 
     def _collective_plan(self, op: CollectiveOp, classes) -> tuple[Plan, float] | None:
         """The plan of ``op`` run by ``classes`` and its per-rank copy time; None when there
@@ -420,7 +424,8 @@ class StepSimulation:
     def _run_collective(self, op: CollectiveOp, classes):
         hit = self._collective_plan(op, classes)
         if hit is not None:
-            yield from self._transfer(hit[0], classes, hit[1])
+            held = self.held.get(op.routing.sms, 0.0) if op.routing is not None else 0.0
+            yield from self._transfer(hit[0], classes, hit[1], held)
 
     def _collective(self, st: ClassState, op: CollectiveOp):
         sig = self._signature(st, op.group)
@@ -545,6 +550,13 @@ class StepSimulation:
             return (self.memory.capacity_bytes,) * len(self.trace.programs)
         sizes = [g.device.memory_bytes for g in c.groups]
         return tuple(min(sizes[c.group_of_rank(r)] for r in p.ranks) for p in self.trace.programs)
+
+
+def _held_slowdowns(trace: Trace, device_sms: int) -> dict[int, float]:
+    """The SM-share slowdown of each SM count a collective of ``trace`` holds (none: {})."""
+    held = {op.routing.sms for p in trace.programs for op in p.ops
+            if isinstance(op, CollectiveOp) and op.routing is not None and op.routing.sms}
+    return {sms: sm_share_slowdown(sms, device_sms) for sms in sorted(held)}
 
 
 def simulate(trace: Trace, cluster: ClusterSpec, options: SimulationOptions = SimulationOptions(),

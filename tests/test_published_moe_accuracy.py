@@ -47,9 +47,11 @@ NATURAL = ("natural routing (the recipe's auxiliary loss, steps 91-100 from rand
            "run, so expert_skew is not set (its forced-routing twin: "
            "tests/test_published_moe_pairs.py)")
 OFF = {
-    "mbcard_qwen3_30b_a3b_h100_16gpu_bf16_hybridep_a2a_overlap": "-16.7%: the 1F1B all-to-all "
-    "overlap takes 4.70 s off the step as modelled, 3.72 s as measured (its no-overlap twin "
-    "-10.2%; the source's profile: 36.55% of the communication hidden); not identified",
+    "mbcard_qwen3_30b_a3b_gb300_8gpu_mxfp8_tuned": "GB300_NOW: the catalog credits GB300 with "
+    "GB200's compute peaks and efficiencies, not Blackwell Ultra's doubled attention "
+    "exponentials or 1.4 kW (GB300 over GB200 on this card: 0.901 measured, RATIO_NOW predicted); "
+    "GB300_BEFORE before the compute under the EP overlap ran on the 116 SMs HybridEP's 32 leave, "
+    "which brings its GB200 twin from GB200_BEFORE to GB200_NOW",
     "mbcard_qwen3_30b_a3b_h100_16gpu_bf16_natural_routing": "-26.8%: " + NATURAL,
     "mbcard_qwen3_30b_a3b_gb200_8gpu_mxfp8_natural_routing": "-46.9%: " + NATURAL + "; TE-scoped "
     "CUDA graphs instead of the tuned row's full-iteration graphs (host time not modelled)",

@@ -22,6 +22,15 @@ class Dispatcher(enum.Enum):
     expert's GPU (RDMA across nodes, NVLink inside one); made for small decode batches."""
 
 
+DEFAULT_SMS = {Dispatcher.DEEPEP: 20}
+"""SMs a dispatcher's dispatch and combine kernels hold for as long as they run, when the strategy
+does not say: Megatron-Core's ``moe_deepep_num_sms = 20`` (megatron/core/transformer/
+transformer_config.py at NVIDIA/Megatron-LM 3df200905e, 2025-11, and 8c5cf05ece, 2026-04), which it
+hands to DeepEP's ``Buffer.set_num_sms``. NCCL's all-to-all picks its channels (one thread block,
+so one SM, each) from the topology at communicator setup, a count no recipe states: not modelled.
+DeepEP's low-latency kernels are not modelled either."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TokenRouting:
     """What an expert-parallel dispatch or combine sends, for dispatchers that send a token once
@@ -39,6 +48,9 @@ class TokenRouting:
     """Expert groups of group-limited routing (DeepSeek-V3's ``n_group``; 1: none)."""
     groups_per_token: int = 1
     """Groups a token may choose from (DeepSeek-V3's ``topk_group``)."""
+    sms: int = 0
+    """SMs the dispatch and combine kernels hold while they run, which compute overlapping
+    them cannot use (0: not modelled)."""
 
     @property
     def payload_bytes(self) -> float:

@@ -178,6 +178,10 @@ class Strategy:
     ep_dispatcher: Dispatcher = Dispatcher.ALLTOALL
     """How tokens reach their experts: NCCL all-to-all, or DeepEP's normal or low-latency
     kernels (Megatron-Core ``--moe-token-dispatcher-type alltoall`` or ``flex``)."""
+    ep_dispatcher_sms: int = 0
+    """SMs DeepEP's (or HybridEP's) dispatch and combine kernels hold while they run
+    (Megatron-Core ``moe_deepep_num_sms``, ``moe_hybridep_num_sms``); compute that overlaps them
+    runs on the others. 0: the dispatcher's default (``workloads/dispatch.py``)."""
     moe_a2a_overlap: bool = False
     """Megatron-Core's 1F1B all-to-all overlap (``--overlap-moe-expert-parallel-comm``): each
     steady-state forward runs merged with a backward of another micro-batch, the expert
@@ -312,6 +316,7 @@ class Strategy:
         return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp,
                 "cp_algorithm": self.cp_algorithm.value, "cp_a2a": self.cp_a2a,
                 "ep": self.ep, "etp": self.etp, "ep_dispatcher": self.ep_dispatcher.value,
+                "ep_dispatcher_sms": self.ep_dispatcher_sms,
                 "moe_a2a_overlap": self.moe_a2a_overlap,
                 "moe_paged_stash_buffer": self.moe_paged_stash_buffer,
                 "sequence_parallel": self.sequence_parallel, "schedule": self.schedule.value,
@@ -347,6 +352,7 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
         ep=f.integer("ep", 1, minimum=1),
         etp=f.integer("etp", 0, minimum=0),
         ep_dispatcher=f.choice("ep_dispatcher", Dispatcher, Dispatcher.ALLTOALL),
+        ep_dispatcher_sms=f.integer("ep_dispatcher_sms", 0, minimum=0),
         moe_a2a_overlap=f.boolean("moe_a2a_overlap", False),
         moe_paged_stash_buffer=f.number("moe_paged_stash_buffer", 0.0, minimum=0.0),
         sequence_parallel=f.boolean("sequence_parallel", False),
@@ -593,6 +599,10 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
     if s.ep_dispatcher is not Dispatcher.ALLTOALL and s.ep == 1:
         raise SpecError(f"{path}.ep_dispatcher", f"{s.ep_dispatcher.value} dispatches tokens "
                         "between expert-parallel ranks and needs ep > 1")
+    if s.ep_dispatcher_sms and s.ep_dispatcher is not Dispatcher.DEEPEP:
+        raise SpecError(f"{path}.ep_dispatcher_sms", f"{s.ep_dispatcher_sms} SMs are set for "
+                        "DeepEP's normal kernels (ep_dispatcher: deepep); "
+                        f"{s.ep_dispatcher.value} chooses its own")
     _check_a2a_overlap(s, path)
     _check_op_recompute(s, model, path)
     _check_module_recompute(s, model, path)

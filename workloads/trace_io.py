@@ -50,7 +50,7 @@ def op_to_dict(op: Op) -> dict:
             out["routing"] = {"dispatcher": r.dispatcher.value, "tokens": r.tokens,
                               "token_bytes": r.token_bytes, "top_k": r.top_k,
                               "experts": r.experts, "groups": r.groups,
-                              "groups_per_token": r.groups_per_token}
+                              "groups_per_token": r.groups_per_token, "sms": r.sms}
     elif isinstance(op, (SendOp, RecvOp)):
         out.update(group=op.group, peer=op.peer, bytes=op.bytes, tag=op.tag)
     elif isinstance(op, CopyOp):
@@ -85,7 +85,8 @@ def _routing(d: dict | None) -> TokenRouting | None:
     return TokenRouting(dispatcher=Dispatcher(d["dispatcher"]), tokens=float(d["tokens"]),
                         token_bytes=float(d["token_bytes"]), top_k=int(d["top_k"]),
                         experts=int(d["experts"]), groups=int(d.get("groups", 1)),
-                        groups_per_token=int(d.get("groups_per_token", 1)))
+                        groups_per_token=int(d.get("groups_per_token", 1)),
+                        sms=int(d.get("sms", 0)))
 
 
 def op_from_dict(d: dict) -> Op:

@@ -9,8 +9,9 @@ fp8_param_gather, fp8_saved_inputs, cross_entropy, fp32_grad_reduce (absent: the
 the source's date, see ``software_of``; overlaps off; delayed FP8 scaling with 16-bit weights;
 FP8 inputs saved; what a framework does differently, such as torchtitan's FlashAttention-2 on
 Hopper and torchao's 16-bit saved inputs, is set in its rows' columns with the evidence in
-``notes``), ep_dispatcher (absent: alltoall), etp (absent: tp), cp_algorithm and cp_a2a
-(absent: ring), schedule (absent: 1f1b, or interleaved with virtual_stages > 1),
+``notes``), ep_dispatcher (absent: alltoall), ep_dispatcher_sms (the SMs DeepEP's or
+HybridEP's kernels hold, the recipe's ``moe_hybridep_num_sms``; absent: the dispatcher's
+default), etp (absent: tp), cp_algorithm and cp_a2a (absent: ring), schedule (absent: 1f1b, or interleaved with virtual_stages > 1),
 moe_a2a_overlap, account_for_embedding_in_pipeline_split and
 account_for_loss_in_pipeline_split (absent: false), recompute_modules (with recompute
 ``modules``: Megatron-Core's module names separated by spaces), offload_activation_layers
@@ -64,8 +65,8 @@ COLUMNS = frozenset((*REQUIRED, *SOFTWARE_COLUMNS, *TRAINING_COLUMNS, *FLAG_COLU
                      "model_name", "moe", "ffn_hidden", "kv_heads", "mlp", "micro_batch", "node",
                      "gpus_per_node", "cp", "ep", "etp", "zero", "recompute", "recompute_layers",
                      "recompute_modules", "layers_per_stage", "virtual_stages", "schedule",
-                     "precision", "ep_dispatcher", "cp_algorithm", "cp_a2a", "capacity_factor",
-                     "offload_activation_layers", "moe_paged_stash_buffer"))
+                     "precision", "ep_dispatcher", "ep_dispatcher_sms", "cp_algorithm", "cp_a2a",
+                     "capacity_factor", "offload_activation_layers", "moe_paged_stash_buffer"))
 """Every column a table may have (the module docstring says what each means); another is a
 typo that would otherwise be ignored."""
 
@@ -246,6 +247,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "cp": _int(row, "cp", 1), "ep": _int(row, "ep", 1),
         **{flag: _cell(row, flag, "false") for flag in FLAG_COLUMNS},
         "ep_dispatcher": _cell(row, "ep_dispatcher", "alltoall"), "etp": _int(row, "etp", 0),
+        "ep_dispatcher_sms": _int(row, "ep_dispatcher_sms", 0),
         "cp_algorithm": _cell(row, "cp_algorithm", "ring"), "cp_a2a": _int(row, "cp_a2a", 0),
         "zero": _int(row, "zero", 0), "recompute": _cell(row, "recompute", "none"),
         "recompute_layers": _int(row, "recompute_layers", 0),

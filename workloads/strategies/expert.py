@@ -16,7 +16,7 @@ experts (DeepSeek-V3's first three, Llama 4's interleaved ones) are plain tensor
 from __future__ import annotations
 
 from clustersim.workloads.axes import EXPERT_TENSOR_GROUP, Axis
-from clustersim.workloads.dispatch import TokenRouting
+from clustersim.workloads.dispatch import DEFAULT_SMS, TokenRouting
 from clustersim.workloads.layer_ops import Kernel
 from clustersim.workloads.routing import expert_load
 from clustersim.workloads.strategies.program import StageProgram, Steps
@@ -69,7 +69,8 @@ class ExpertParallel:
                             tokens=self.stage.kernels.norm_tokens * load.sent_per_token / m.top_k,
                             token_bytes=m.hidden * self.stage.element_bytes, top_k=m.top_k,
                             experts=m.num_experts, groups=m.expert_groups,
-                            groups_per_token=m.expert_group_limit or m.expert_groups)
+                            groups_per_token=m.expert_group_limit or m.expert_groups,
+                            sms=s.ep_dispatcher_sms or DEFAULT_SMS.get(s.ep_dispatcher, 0))
 
     def mlp(self, name: str, phase: Phase, kernels: tuple[Kernel, ...],
             deps: tuple[int, ...]) -> Steps:
