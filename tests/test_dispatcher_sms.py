@@ -10,18 +10,18 @@ from __future__ import annotations
 import pytest
 
 from clustersim.hardware_specs import SpecError
+from clustersim.simulator.cost.collectives import Algorithm, Plan, Protocol
 from clustersim.simulator.interference import sm_share_slowdown
 from clustersim.workloads import Job, TrainingSpec
 from clustersim.workloads.builder import build_trace
 from clustersim.workloads.dispatch import DEFAULT_SMS, Dispatcher, TokenRouting
+from clustersim.workloads.model import from_mapping
 from clustersim.workloads.strategy import strategy_from_mapping
 from clustersim.workloads.trace import CollectiveKind, CollectiveOp, Program, Stream
 from clustersim.workloads.trace_io import op_from_dict, op_to_dict
 
-from clustersim.workloads.model import from_mapping
-
 from tests.test_a2a_overlap import SMALL_MOE
-from tests.test_engine_log import MS, compute, replay, trace
+from tests.test_engine_log import MS, FixedNetwork, all_reduce, compute, replay, trace
 
 
 def test_compute_beside_a_kernel_holding_sms_runs_on_the_rest():
@@ -52,6 +52,25 @@ def test_compute_overlapping_a_dispatch_stretches_by_the_sms_it_holds(sms, end_m
               groups={"dp": ((0, 1),), "ep": ((0, 1),)})
     ends = {r.name: round(r.end / MS, 9) for r in replay(t).records}
     assert ends == {"c0:10": 10, "ep_dispatch": 14, "c1:6": end_ms}
+
+
+class ByKind(FixedNetwork):
+    """An all-to-all moves data for 2 ms, any other collective for 8 ms."""
+
+    def plan(self, kind, nbytes, instances, routing=None):
+        ms = 2.0 if kind is CollectiveKind.ALL_TO_ALL else 8.0
+        return Plan(Algorithm.RING, Protocol.SIMPLE, 0.0, ms * MS, ())
+
+
+def test_only_the_dispatchs_own_window_is_slowed_by_its_sms():
+    """At 10 ms an 8 ms all-reduce (no SMs counted) and a 2 ms dispatch holding 33 of 132 SMs
+    start beside c1 (6 ms alone): c1 does 1.5 ms of work in the dispatch's 2 ms and the other
+    4.5 ms at full speed, ending at 16.5 ms, though the all-reduce runs on to 18 ms."""
+    t = trace(Program("stage0", (0, 1), (compute(0, "c0:10"), all_reduce(1, (0,)),
+                                         _dispatch(2, (0,), 33), compute(3, "c1:6", (0,)))),
+              groups={"dp": ((0, 1),), "ep": ((0, 1),)})
+    ends = {r.name: round(r.end / MS, 9) for r in replay(t, network=ByKind()).records}
+    assert ends == {"c0:10": 10, "dp_all_reduce": 18, "ep_dispatch": 12, "c1:6": 16.5}
 
 
 def test_the_sms_travel_with_the_trace():
