@@ -47,13 +47,13 @@ NATURAL = ("natural routing (the recipe's auxiliary loss, steps 91-100 from rand
            "run, so expert_skew is not set (its forced-routing twin: "
            "tests/test_published_moe_pairs.py)")
 OFF = {
-    "mbcard_qwen3_30b_a3b_gb300_8gpu_mxfp8_tuned": "GB300_NOW: the catalog credits GB300 with "
+    "mbcard_qwen3_30b_a3b_gb300_8gpu_mxfp8_tuned": "+18.1%: the catalog credits GB300 with "
     "GB200's compute peaks and efficiencies, not Blackwell Ultra's doubled attention "
-    "exponentials or 1.4 kW (GB300 over GB200 on this card: 0.901 measured, RATIO_NOW predicted); "
-    "GB300_BEFORE before the compute under the EP overlap ran on the 116 SMs HybridEP's 32 leave, "
-    "which brings its GB200 twin from GB200_BEFORE to GB200_NOW",
+    "exponentials or 1.4 kW (GB300 over GB200 on this card: 0.901 measured, 1.009 predicted); "
+    "+13.4% before the compute under the EP overlap ran on the 116 SMs HybridEP's 32 leave, "
+    "which brings its GB200 twin from +0.9% to +5.5%",
     "mbcard_qwen3_30b_a3b_h100_16gpu_bf16_natural_routing": "-26.8%: " + NATURAL,
-    "mbcard_qwen3_30b_a3b_gb200_8gpu_mxfp8_natural_routing": "-46.9%: " + NATURAL + "; TE-scoped "
+    "mbcard_qwen3_30b_a3b_gb200_8gpu_mxfp8_natural_routing": "-44.5%: " + NATURAL + "; TE-scoped "
     "CUDA graphs instead of the tuned row's full-iteration graphs (host time not modelled)",
     "mb2511_qwen3_30b_a3b_h100_16gpu_fp8": "predicted 2.6x as fast (-62%): 16 experts of 768 per "
     "GPU, 2 sequences per micro-batch, 24 one-layer chunks per stage, the recipe's 1F1B all-to-all "
