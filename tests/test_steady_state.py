@@ -51,7 +51,7 @@ GPT3_WIDTH = {"name": "gpt3-width", "layers": 16, "hidden": 12288, "heads": 96, 
 meet on the shared NICs, and the pipeline settles late or repeats only every few rounds."""
 
 SETTLING = {"name": "settling", "model": GPT3_WIDTH,
-            "training": {"seq_len": 2048, "global_batch": 192},
+            "training": {"seq_len": 2048, "global_batch": 256},
             "strategy": {"tp": 16, "pp": 4, "dp": 1, "zero": 3},
             "cluster": {"gpu": "a100-80gb", "num_gpus": 64}}
 """A 1F1B pipeline that settles stage by stage: not before about 16 micro-batches."""

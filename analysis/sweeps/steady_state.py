@@ -209,18 +209,19 @@ def steady_step(job: Job, cluster: ClusterSpec, options: SimulationOptions) -> S
     one that needs the fewest micro-batches more; a plan whose steps would not all fit in the
     allowance, with the steps already run, is never started (its first steps would be wasted),
     and after the first plan, none is continued whose first step shows a stage that repeats no
-    period of the plan's length (:func:`_settled_share`). When a failed plan's longest step shows only some stages
-    settled, the pipeline is settling stage by stage (:func:`_settle_floor`): shorter steps
-    than the share settled would need are not tried. A pair stands for the step when its
+    period of the plan's length (:func:`_settled_share`). When a failed plan's steps were not
+    one period apart and its longest shows only some stages settled, the pipeline is settling
+    stage by stage (``_ProbeSteps.settle_floor``): shorter steps than the share settled would
+    need are not tried with that period. A pair stands for the step when its
     longer step is settled around the inserted period (:func:`_settled_round`); else the
     third step of its triple checks that the step grows the same over two periods."""
     probes = _ProbeSteps(job, cluster, options)
     budget = SHORTER_SHARE * job.micro_batches
-    floor: dict[int | None, float] = {None: 0.0}
-    """The fewest micro-batches worth trying, for every period (None) and for one."""
+    floor: dict[int, float] = {}
+    """period -> the fewest micro-batches worth trying with it."""
     plans = probe_plans(job)
     while True:
-        plans = [p for p in plans if p.counts[0] >= max(floor[None], floor.get(p.round, 0))
+        plans = [p for p in plans if p.counts[0] >= floor.get(p.round, 0)
                  and probes.spent + probes.new_steps(p) <= budget   # it could finish
                  and all(probes.apart.get(pair, True) for pair in zip(p.counts, p.counts[1:]))]
         if not plans:
@@ -230,8 +231,9 @@ def steady_step(job: Job, cluster: ClusterSpec, options: SimulationOptions) -> S
         steady = probes.try_plan(plan)
         if steady is not None:
             return steady
-        period, least = probes.settle_floor(plan)
-        floor[period] = max(floor.get(period, 0.0), least)
+        if not all(probes.apart.get(pair, False) for pair in zip(plan.counts, plan.counts[1:])):
+            period, least = probes.settle_floor(plan)   # not one period apart: too early?
+            floor[period] = max(floor.get(period, 0.0), least)
 
 
 class _ProbeSteps:
@@ -304,17 +306,17 @@ class _ProbeSteps:
         return None if steady is None else replace(
             steady, events=sum(r.events for _, r in self.done.values()))
 
-    def settle_floor(self, plan: Probes) -> tuple[int | None, float]:
-        """The fewest micro-batches worth trying after ``plan`` failed, for every period
-        (None) or for ``plan``'s: when its longest step shows some stages settled and others
-        not (a pipeline that settles stage by stage: GPT-3 175B, TP16 x PP32 1F1B on A100,
-        about 5.5 micro-batches a stage), that step over the share settled, for any period;
-        when it shows none, twice that step for this period (it may be the wrong one)."""
+    def settle_floor(self, plan: Probes) -> tuple[int, float]:
+        """The fewest micro-batches worth trying after ``plan`` failed, for ``plan``'s period
+        (another may be the pipeline's: ZeRO-1 over two replicas repeats every pp micro-batches):
+        when its longest step shows some stages settled and others not (a pipeline that
+        settles stage by stage: GPT-3 175B, TP16 x PP32 1F1B on A100, about 5.5 micro-batches
+        a stage), that step over the share settled; when it shows none, twice that step."""
         longest = max(m for m in plan.counts if m in self.done)
         share = _settled_share(self.done[longest][0], self.lags(*plan.counts[:2]))
         if share == 0:
             return plan.round, 2.0 * longest
-        return None, longest / share if share < 1 else 0.0
+        return plan.round, longest / share if share < 1 else 0.0
 
 
 def _settled_share(replay: Replay, lags: tuple[int, ...]) -> float:
