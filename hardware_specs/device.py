@@ -80,6 +80,10 @@ class DeviceSpec:
     """Exponentials per second its special-function units evaluate (MUFU.EX2; softmax's
     exponential in fused attention); 0: unknown, attention's cost then scales with head width
     as the FLOP count does."""
+    attention_exp_rate: float = 0.0
+    """``exp_rate`` of the device on which the attention fractions were measured (their
+    exponential time is that device's); 0: this device's own. Blackwell Ultra takes B200's
+    in-step fraction with twice B200's exponential rate."""
     default_node: str
     """Catalog name of the node this device usually comes in."""
     source: str = ""
@@ -159,6 +163,7 @@ def read_device(f: Fields) -> DeviceSpec:
         tdp_w=f.quantity("tdp", Quantity.POWER),
         efficiency=efficiency,
         exp_rate=f.quantity("exp_rate", Quantity.FLOPS, 0.0, positive=False),
+        attention_exp_rate=f.quantity("attention_exp_rate", Quantity.FLOPS, 0.0, positive=False),
         default_node=f.text("default_node"),
         source=f.text("source", ""),
         provenance=provenance,

@@ -51,7 +51,7 @@ def test_mla_runs_its_matmuls_at_the_mean_of_query_and_value_widths():
     assert k.k == (192 + 128) // 2
 
 
-@pytest.mark.parametrize("device", ["h100-sxm", "b200", "gb300"])
+@pytest.mark.parametrize("device", ["h100-sxm", "b200", "gb200"])
 def test_head_64_pays_half_its_exponential_time_more_and_128_nothing(device):
     model = ComputeModel(CATALOG.device(device))
     oss, k64 = _attention("gpt-oss-120b")
@@ -99,3 +99,34 @@ def test_wider_heads_spread_the_exponentials_and_unknown_rates_change_nothing():
     _, k64 = _attention("gpt-oss-120b")
     assert ComputeModel(a100).kernel_time(k64) == ComputeModel(
         replace(a100, exp_rate=0.0)).kernel_time(k64)
+
+
+@pytest.mark.parametrize("ultra", ["gb300", "b300"])
+def test_blackwell_ultra_swaps_b200s_exponential_time_for_its_own(ultra):
+    # B300/GB300 take B200's in-step attention fraction, measured under B200's 5.0 T/s of
+    # exponentials; at twice that rate each exponential costs half as long. Head 128: the
+    # difference to the fraction's own time is exps x (1/10 - 1/5); head 64 keeps its whole
+    # exponential time, at its own rate, so it gains nothing on the fraction.
+    spec = CATALOG.device(ultra)
+    assert spec.attention_exp_rate == CATALOG.device("b200").exp_rate == pytest.approx(5e12)
+    assert spec.exp_rate == pytest.approx(2 * spec.attention_exp_rate)
+    model = ComputeModel(spec)
+    unknown = ComputeModel(replace(spec, exp_rate=0.0))
+    _, k128 = _attention("qwen3-30b-a3b")
+    _, k64 = _attention("gpt-oss-120b")
+    assert model.kernel_time(k128) - unknown.kernel_time(k128) == pytest.approx(
+        k128.exps * (1 / spec.exp_rate - 1 / spec.attention_exp_rate))
+    assert model.kernel_time(k64) == pytest.approx(unknown.kernel_time(k64))
+
+
+def test_gb300_bf16_attention_forward_gains_less_than_nvidias_fp8_figure():
+    # NVIDIA technical blog "Making Softmax More Efficient with NVIDIA Blackwell Ultra": GB300
+    # runs FP8 attention forward (DeepSeek-V3) about 35% faster than GB200, same tensor cores.
+    # BF16 matmuls take twice the FP8 time per exponential, so a BF16 head-128 forward gains
+    # less than that, and more than nothing. GB200 and GB300 share peak and fraction.
+    _, k = _attention("qwen3-30b-a3b")
+    gb200, gb300 = CATALOG.device("gb200"), CATALOG.device("gb300")
+    assert gb200.efficiency.attention_fa4 == gb300.efficiency.attention_fa4
+    assert gb200.flops(Dtype.BF16) == gb300.flops(Dtype.BF16)
+    speedup = ComputeModel(gb200).kernel_time(k) / ComputeModel(gb300).kernel_time(k)
+    assert 1.1 < speedup < 1.35

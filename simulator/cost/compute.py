@@ -153,11 +153,14 @@ class ComputeModel:
         FlashAttention-3 (arXiv 2407.08608, sec. 3): H100 SXM5 has 989 TFLOPS of matmul but 3.9
         TFLOPS of special functions, so at head dim 128 the exponentials take half the matmuls'
         cycles; FlashAttention-4 (Together AI, 2026): B200 doubles the tensor cores, not the
-        special-function units."""
+        special-function units. A fraction measured on another device (``attention_exp_rate``)
+        holds that device's exponential time, which this device's rate replaces: Blackwell Ultra
+        runs B200's fraction with twice B200's exponentials per second."""
         rate = self.device.exp_rate
         if not k.exps or not rate or k.op_class not in ATTENTION_CLASSES:
             return 0.0
-        return k.exps / rate * (1.0 - k.k / ATTENTION_REFERENCE_HEAD_DIM)
+        measured_rate = self.device.attention_exp_rate or rate
+        return k.exps * (1.0 / rate - k.k / ATTENTION_REFERENCE_HEAD_DIM / measured_rate)
 
     def op_time(self, op: ComputeOp) -> float:
         """A recorded op's measured time (``cost/retimed.py`` moves it to another device), or
