@@ -40,6 +40,8 @@ MXFP8_ACCURATE = [   # fp8_recipe mxfp8: Blackwell block scaling at the FP8 rate
     "mbridge_25.11_gb200_llama3_8b_mxfp8_8gpu",         # -6.5%
     "mbridge_26.04.01_gb200_llama3_70b_mxfp8_64gpu",    # -5.4%
     "mbridge_25.11_b200_llama3.1_405b_mxfp8_128gpu",    # -10.3%
+    # GB300 with Blackwell Ultra's exponential rate in attention (+14.0% before it)
+    "mbridge_25.11_gb300_llama3_8b_mxfp8_8gpu",         # +11.0%
 ]
 
 NVFP4_ACCURATE = [   # precision nvfp4: TE's NVFP4 recipe, GEMMs at 1.90x FP8 (workloads/fp8.py)
@@ -50,14 +52,11 @@ NVFP4_ACCURATE = [   # precision nvfp4: TE's NVFP4 recipe, GEMMs at 1.90x FP8 (w
 GB300_UNKNOWN = (
     "GB300 runs 16-36% faster per GPU than GB200 on the same Llama layouts (8B on 8 GPUs, no "
     "network: 37,556 against 31,508 tokens/s/GPU in 25.11) although NVIDIA prints the same dense "
-    "BF16 and FP8 rates for both (2.5 and 5 PFLOPS). What makes it faster is not quantified by any "
-    "measurement we have: 1,400 W against 1,200 W per GPU (clocks under the power cap), and "
-    "Blackwell Ultra's doubled exponential (SFU) rate (10.7 against 5 TeraExponentials/s), which "
-    "speeds attention's forward pass only (the backward does 1,280 FLOPs per exponential, the "
-    "forward 512). Attention is 10% of the predicted 405B step, 17-24% of the 70B and 26% of the "
-    "8B; all of it twice as fast, forward and backward, would still leave the 405B FP8 rows "
-    "+13% to +20%, and the forward 1.35x as fast (NVIDIA's FP8 forward figure) moves a row by "
-    "1-2 points.")
+    "BF16 and FP8 rates for both (2.5 and 5 PFLOPS), and the recipes match at each release. "
+    "Blackwell Ultra's doubled exponential rate is modelled (attention_exp_rate: 1-3 points of a "
+    "Llama row); the rest, FP8 GEMMs about 1.2x GB200's, is not quantified by any measurement we "
+    "have: 1,400 W against 1,200 W per GPU (clocks under the power cap are unpublished), and "
+    "newer GB300 software (the same 70B FSDP recipe: 7.25 s in 25.11, 6.24 s in 26.04.01).")
 EARLY_SOFTWARE = (
     "NeMo 25.02 (February 2025) on B200 runs slower than the model (Nemotron-4 15B -14%; Llama 3 8B -10.5%), whose Blackwell kernel "
     "figures were measured later (MAMF with torch 2.7-2.10 and CUDA 12.8-13.0, FlashAttention-4 "
@@ -94,9 +93,8 @@ def _off(row_id: str, reason: str):
 
 OFF = [
     _off("nemo_25.02_b200_llama3_8b_fp8_8gpu", FP8_AS_RUN),                        # -12.2%
-    _off("mbridge_25.11_gb300_llama3_8b_fp8_8gpu", GB300_UNKNOWN),                 # +21.7%
+    _off("mbridge_25.11_gb300_llama3_8b_fp8_8gpu", GB300_UNKNOWN),                 # +18.4%
     _off("nemo_25.02_b200_nemotron4_15b_fp8_64gpu", EARLY_SOFTWARE),               # -14.4%
-    _off("mbridge_25.11_gb300_llama3_8b_mxfp8_8gpu", GB300_UNKNOWN),               # +14.7%
     _off("mbridge_25.09_gb200_llama3.1_405b_mxfp8_128gpu", MXFP8_25_09_GB200),     # -23.6%
     _off("mbridge_26.04.01_gb300_llama3.1_405b_nvfp4_256gpu", NVFP4_GB300),        # +26.5%
     _off("mbridge_26.02_gb200_llama3_70b_nvfp4_64gpu", NVFP4_26_02),               # -15.9%
@@ -185,8 +183,7 @@ DEEPSEEK_V3 = [   # 26.04.01, with the dispatcher, overlap, recompute and layout
     "mbridge_26.04.01_b200_deepseekv3_mxfp8_256gpu",    # -6.7% (EP32 over four nodes, DeepEP)
     "mbridge_26.04.01_b300_deepseekv3_mxfp8_256gpu",    # -5.4%
     "mbridge_26.04.01_gb200_deepseekv3_mxfp8_256gpu",   # -2.5%
-    pytest.param("mbridge_26.04.01_gb300_deepseekv3_mxfp8_256gpu",   # +13.1%
-                 marks=pytest.mark.xfail(strict=True, reason=GB300_UNKNOWN)),
+    "mbridge_26.04.01_gb300_deepseekv3_mxfp8_256gpu",   # +13.1% before GB300's exponential rate
 ]
 
 

@@ -90,7 +90,7 @@ _SUBSETS = {
     "tt_h100": ("validate_torchtitan", "torchtitan_h100", ""),
     "bw_b200": ("validate_blackwell", "", "b200"),
     "bw_gb200": ("validate_blackwell", "", "gb200"),
-    "bw_gb300_fp8": ("validate_blackwell", "", "gb300", "fp8"),
+    "bw_gb300_fp8": ("validate_blackwell", "", "gb300", "tensorwise"),
     "bw_mxfp8": ("validate_blackwell", "", "", "mxfp8"),
     "bw_b200_mxfp8": ("validate_blackwell", "", "b200", "mxfp8"),
     "bw_gb200_mxfp8": ("validate_blackwell", "", "gb200", "mxfp8"),
