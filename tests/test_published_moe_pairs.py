@@ -36,8 +36,8 @@ PAIRS = {
                               "qwen3_235b_a22b_gb200_256gpu_mxfp8"),
 }
 GB300 = ("the catalog's GB300 has GB200's compute peaks and efficiencies and B300's lower memory "
-         "efficiency; Blackwell Ultra's doubled attention exponentials and 1.4 kW power are not "
-         "credited, and no GB300 kernel measurement pins them")
+         "efficiency, and Blackwell Ultra's doubled attention exponentials (attention_exp_rate); "
+         "its 1.4 kW power is not credited, and no GB300 kernel measurement pins it")
 OFF = {
     "natural_over_forced_routing": "measured 1.226, predicted 1.000: the model routes both "
     "uniformly (forced balancing draws random logits, which the balls-into-bins model describes); "
