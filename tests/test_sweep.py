@@ -89,6 +89,28 @@ def test_dominance_order():
     assert no_more_work(base, heavier) and not no_more_work(heavier, base)
     assert not no_more_work(Strategy(dp=8, zero=1), Strategy(dp=8, zero=3))
     assert not no_more_work(Strategy(dp=8, zero=0), Strategy(dp=8, zero=1))
+    # one data-parallel rank: ZeRO has nothing to shard, every stage is the same work
+    assert no_more_work(Strategy(tp=8, zero=3), Strategy(tp=8, zero=0))
+    assert not no_more_work(Strategy(tp=4, cp=2, zero=3), Strategy(tp=4, cp=2, zero=0))
+
+
+def test_zero_stages_without_a_group_to_shard_over_simulate_once(catalog):
+    """dp x cp = 1: ZeRO 1-3 build the very step ZeRO 0 builds (same step time, to the bit), so
+    the sweep lists them as dominated by ZeRO 0 and simulates one."""
+    cfg = config_from_mapping(TINY)
+    cands = enumerate_space(cfg.job, 8, cfg.cluster.device.memory_bytes,
+                            SweepSpace(micro_batch=(1,), cp=(1,), recompute=(Recompute.NONE,),
+                                       offload=(Offload.NONE,)))
+    single = [c for c in cands if c.job.strategy.dp == 1 and c.status is not Status.INVALID]
+    assert {c.job.strategy.zero for c in single if c.status is Status.SIMULATE} == {0}
+    assert sum(c.status is Status.DOMINATED for c in single) >= 12
+    for c in single:
+        if c.status is Status.DOMINATED:
+            winner = next(w for w in cands if w.key == c.reason.split(" ")[0])
+            assert winner.job.strategy.zero == 0
+            steps = [simulate(build_trace(x.job), cfg.cluster,
+                              SimulationOptions(record=False)).step_time_s for x in (c, winner)]
+            assert steps[0] == steps[1], c.key
 
 
 def test_no_dominated_strategy_is_faster_than_its_dominator(catalog):

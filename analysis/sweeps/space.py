@@ -24,8 +24,9 @@ Dominance (``prune_dominated``, on by default): for one parallel layout (degrees
 schedule), a memory saver that adds work is only worth simulating when no lighter setting fits.
 The order is the work each adds: recompute none < selective < full (recomputed FLOPs), offload
 none < optimizer < params (host transfers), ZeRO-1 < ZeRO-2 (the same collectives; stage 2 only
-frees gradients sooner). ZeRO 0, 1 and 3 communicate differently and are all simulated. A
-dominated strategy is listed with the one that dominates it; ``tests/test_sweep.py`` checks on
+frees gradients sooner). ZeRO 0, 1 and 3 communicate differently and are all simulated, except
+where ZeRO has no group to shard over (dp x cp = 1 and one expert-data rank): there every stage
+builds the same step, so only the lowest is simulated. A dominated strategy is listed with the one that dominates it; ``tests/test_sweep.py`` checks on
 exhaustive sweeps that none is ever faster than its dominator.
 """
 
@@ -237,9 +238,15 @@ unfused) and a subset of full's."""
 _OFFLOAD_WORK = {Offload.NONE: 0, Offload.OPTIMIZER: 1, Offload.PARAMS: 2}
 
 
+def shards_nothing(s: Strategy) -> bool:
+    """ZeRO's sharding groups (dense: ZeRO shards x cp; experts: expert-data ranks) are single
+    ranks, so no ZeRO stage gathers, scatters or frees anything."""
+    return s.zero_shards * s.cp == 1 and s.expert_dp == 1
+
+
 def no_more_work(a: Strategy, b: Strategy) -> bool:
     """``a`` adds no work that ``b`` does not (same layout assumed): see the module docstring."""
-    zero_ok = a.zero == b.zero or (a.zero, b.zero) == (1, 2)
+    zero_ok = a.zero == b.zero or (a.zero, b.zero) == (1, 2) or shards_nothing(a)
     return (zero_ok and _RECOMPUTE_WORK[a.recompute] <= _RECOMPUTE_WORK[b.recompute]
             and _OFFLOAD_WORK[a.offload] <= _OFFLOAD_WORK[b.offload])
 
@@ -276,7 +283,8 @@ def enumerate_space(base: Job, world: int, capacity_bytes: float,
             for i in members:
                 a = out[i].job.strategy
                 lighter = [j for j in members if no_more_work(out[j].job.strategy, a)
-                           and not no_more_work(a, out[j].job.strategy)]
+                           and (not no_more_work(a, out[j].job.strategy)
+                                or _work(out[j].job.strategy) < _work(a))]
                 if lighter:
                     # the lightest one is itself undominated (the order is a partial order)
                     j = min(lighter, key=lambda k: _work(out[k].job.strategy))
