@@ -286,9 +286,9 @@ class _ProbeSteps:
     def try_plan(self, plan: Probes) -> StepPoint | None:
         """The step from ``plan``'s steps, run as far as they agree (None: they do not)."""
         first, second = plan.counts[:2]
-        later = bool(self.done) and first not in self.done   # not the first plan
+        not_first_plan = bool(self.done) and first not in self.done
         a, ra = self.run(first)
-        if later and second not in self.done and _settled_share(a, self.lags(first, second)) < 1:
+        if not_first_plan and second not in self.done and _settled_share(a, self.lags(first, second)) < 1:
             return None   # a stage repeats no period yet: the longer step would be wasted
         for earlier, later in zip(plan.counts, plan.counts[1:]):
             if (earlier, later) not in self.apart:
