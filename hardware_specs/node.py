@@ -84,7 +84,8 @@ class NodeSpec:
     Simple protocol), and an all-to-all posts one send and one receive per remote peer."""
     net_simple_protocol_only: bool = False
     """The network transport carries only NCCL's Simple protocol (no LL/LL128 across nodes):
-    AWS EFA, where the aws-ofi-nccl plugin sets ``NCCL_PROTO=simple`` on its platforms."""
+    AWS EFA, where the aws-ofi-nccl plugin sets ``NCCL_PROTO=simple`` on its platforms, and
+    GCP's GPUDirect-TCPXO, whose NCCL profile sets ``NCCL_PROTO=Simple``."""
     net_plugin_latency_s: float = 0.0
     """Network latency the node's NCCL net plugin reports (``ncclNetProperties.latency``), which
     NCCL's tuner adds to every network hop of its latency model, twice with Simple ("the flush

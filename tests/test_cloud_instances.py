@@ -76,7 +76,18 @@ def test_efa_plans_only_the_simple_protocol_across_nodes(catalog):
                                                     (tuple(range(16)),))
         return {p.protocol for p in plans}
     assert protocols("aws-p5-48xlarge", "h100-sxm") == {Protocol.SIMPLE}
+    assert protocols("gcp-a3-megagpu-8g", "h100-sxm") == {Protocol.SIMPLE}
     assert Protocol.LL in protocols("dgx-h100", "h100-sxm")
+
+
+@pytest.mark.parametrize("size", [2.0**20, 64 * 2.0**20, 8 * 2.0**30])
+def test_two_a3_mega_nodes_all_reduce_as_gcps_tcpxo_profile_runs_them(catalog, size):
+    # GCP's profile: NCCL_PROTO=Simple, NCCL_NVLS_ENABLE=0, NCCL_ALGO=Ring,Tree; its A3 Mega
+    # tuner rules run every two-node all-reduce of 8 GPUs a node as the tree with Simple.
+    cluster = catalog.cluster(device="h100-sxm", num_devices=16, node="gcp-a3-megagpu-8g")
+    assert cluster.node.nccl_buffer_bytes == 8 * 2**20
+    plan = NetworkModel(cluster).plan(CollectiveKind.ALL_REDUCE, size, (tuple(range(16)),))
+    assert (plan.algorithm.value, plan.protocol) == ("tree", Protocol.SIMPLE)
 
 
 # The published EFA and TCPXO sweeps on these instances: tests/test_multinode_sweeps.py.

@@ -105,14 +105,16 @@ DIP = ("a dip in the published sweep: 8 MiB at 13-19 GB/s between 40-46 GB/s at 
        "512 MiB")
 MISSED = {  # run -> sizes in MiB the model misses, and why
     "tcpxo-a3mega-ztan-2025": ((1, 2, 4, 8, 16, 32, 64, 128, 256), (
-        "GPUDirect-TCPXO below 512 MiB: 1.2-5.3x slower than the model's tree or NVLSTree, "
-        "with about 900 us over the large-message rate from 16 MiB on and 20 GB/s (one "
-        "NIC's rate) below it. GCP's TCPXO NCCL profile (nccl-env-profile.sh, in GCP's A3 "
-        "Mega recipes) runs NCCL_ALGO=Ring,Tree, NCCL_PROTO=Simple, NCCL_NVLS_ENABLE=0, "
-        "NCCL_BUFFSIZE=8 MiB and a tuner plugin whose rules (a3plus_tuner_config.textproto) "
-        "are not published; the run's environment is not shown, and TCPXO's per-step cost "
-        "(TCP offloaded to the NIC's data path, a host thread receiving each step) is not "
-        "published")),
+        "GPUDirect-TCPXO below 512 MiB: 1.2-3.3x slower than the model's tree with Simple, "
+        "which the run's environment makes NCCL run (the create-a3mega guide it follows sources "
+        "GCP's nccl-env-profile.sh into the mpirun's HOST_VARS: NCCL_ALGO=Ring,Tree, "
+        "NCCL_PROTO=Simple, NCCL_NVLS_ENABLE=0, NCCL_BUFFSIZE=8 MiB, NCCL 2.21.5; GCP's A3 Mega "
+        "tuner rules, as apple/axlearn publishes them, run the tree with Simple for every "
+        "two-node all-reduce). Measured 1.19 ms + S / 185 GB/s from 16 MiB (the model 0.30 ms "
+        "+ S / 166) and about 150 us + S / 20 GB/s below; the cloud EFA runs share the ~1 ms "
+        "over their large-message rate, InfiniBand runs 70-230 us. What TCPXO's receive path "
+        "(RxDM bounce buffers, the kernel's unpack of each step, NCCL_FASTRAK_NUM_FLOWS=2 TCP "
+        "flows per connection) costs per step is not published")),
     "efa-p4d-dlami-2021": ((1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), (
         "NCCL 2.7.8 on EFA (2021): 28.7 GB/s at 1 GiB where the same instance reached 42.5 GB/s "
         "in 2022; the whole sweep is 1.6-2.7x slower than the model: that stack is not modelled")),
