@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from clustersim.hardware_specs.dtypes import Dtype
-from clustersim.hardware_specs.efficiency import EfficiencyCurve, OpClass
+from clustersim.hardware_specs.efficiency import MEASURED_AS, EfficiencyCurve, OpClass
 from clustersim.hardware_specs.errors import SpecError
 from clustersim.hardware_specs.fields import Fields
 from clustersim.hardware_specs.units import Quantity
@@ -117,7 +117,7 @@ def read_device(f: Fields) -> DeviceSpec:
     curves = {}
     curve_fields = eff.sub("curves")
     for op in OpClass:
-        if curve_fields.has(op.value):
+        if op not in MEASURED_AS and curve_fields.has(op.value):
             c = curve_fields.sub(op.value)
             try:
                 curves[op] = EfficiencyCurve(tuple(float(x) for x in c.items("sizes")),
@@ -128,7 +128,7 @@ def read_device(f: Fields) -> DeviceSpec:
     curve_fields.done()
     derate_f = eff.sub("in_training")
     in_training = {op: derate_f.number(op.value, minimum=0.05, maximum=1.5)
-                   for op in OpClass if derate_f.has(op.value)}
+                   for op in OpClass if op not in MEASURED_AS and derate_f.has(op.value)}
     derate_f.done()
     efficiency = DeviceEfficiency(
         matmul=eff.number("matmul", minimum=0.01, maximum=1.0),

@@ -30,6 +30,10 @@ class OpClass(enum.Enum):
     ATTENTION_FA4 = "attention_fa4"
     """Blackwell's fused attention (FlashAttention-4, cuDNN's sm100 kernels: tcgen05 MMA with
     tensor memory): what FA3-class software runs on a Blackwell GPU."""
+    ATTENTION_CUDNN_2024 = "attention_cudnn_2024"
+    """Transformer Engine 1.x's cuDNN fused attention of early 2024 (cuDNN 9.0) on Hopper: a
+    measured multiple of FlashAttention-2's rate (``attention``), with its in-training factor;
+    a device without FlashAttention-3-class kernels runs it as ``attention``."""
     ELEMENTWISE = "elementwise"
     OPTIMIZER = "optimizer"
     """One fused streaming pass over parameters, gradients and optimizer state; timed by bytes
@@ -42,8 +46,13 @@ class OpClass(enum.Enum):
     an erf GeLU ran at 1.1 G elements/s and a residual add at 4.5 G elements/s)."""
 
 
-ATTENTION_CLASSES = frozenset((OpClass.ATTENTION, OpClass.ATTENTION_FA3, OpClass.ATTENTION_FA4))
+ATTENTION_CLASSES = frozenset((OpClass.ATTENTION, OpClass.ATTENTION_FA3, OpClass.ATTENTION_FA4,
+                               OpClass.ATTENTION_CUDNN_2024))
 """Fused attention kernels: timed like GEMMs over query tiles, the key length as inner loop."""
+
+MEASURED_AS = {OpClass.ATTENTION_CUDNN_2024: OpClass.ATTENTION}
+"""Classes timed as a measured multiple of another class, whose curves and in-training factors
+they take (a calibrated profile fits and writes only the others)."""
 
 MEMORY_BOUND = frozenset((OpClass.ELEMENTWISE, OpClass.OPTIMIZER, OpClass.TRANSCENDENTAL))
 """Op classes timed by bytes moved (curve sizes in bytes), not by FLOPs."""

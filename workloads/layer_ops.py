@@ -41,6 +41,12 @@ from clustersim.workloads.strategy import Recompute, RecomputeModule, Strategy
 from clustersim.workloads.training import AttentionKernel, CrossEntropy, TrainingSpec
 
 
+ATTENTION_CLASS_OF = {AttentionKernel.FLASH: OpClass.ATTENTION,
+                      AttentionKernel.FLASH3: OpClass.ATTENTION_FA3,
+                      AttentionKernel.CUDNN_2024: OpClass.ATTENTION_CUDNN_2024}
+"""The op class (hence the efficiency) of each fused attention kernel."""
+
+
 class Pass(enum.Enum):
     FORWARD = "fwd"
     BACKWARD = "bwd"
@@ -95,8 +101,7 @@ class LayerOps:
             flops = 2.0 * b * s_q * keys * heads * (d + v)
             kv_heads = heads if m.is_mla else max(1, m.kv_heads // s.tp)
             traffic = (self.tokens * heads * (d + v) + self.tokens * kv_heads * (d + v)) * self.elem
-            kind = (OpClass.ATTENTION_FA3 if t.attention is AttentionKernel.FLASH3
-                    else OpClass.ATTENTION)
+            kind = ATTENTION_CLASS_OF[t.attention]
             span = t.seq_len if m.is_global_attention(i) else min(t.seq_len, round(2 * keys))
             # k: the width its two matmuls run per score, (d + v) / 2 (MLA: 192 and 128).
             return (Kernel("flash_attn", kind, flops, traffic, s_q, span, (d + v) // 2,

@@ -104,6 +104,11 @@ class AttentionKernel(enum.Enum):
     FLASH3 = "flash3"
     """FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608) or Transformer Engine's cuDNN fused
     attention on Hopper: FlashAttention's memory, a faster kernel where the device has one."""
+    CUDNN_2024 = "cudnn_2024"
+    """Transformer Engine 1.x's cuDNN fused attention as cuDNN 9.0 ran it on Hopper (early 2024,
+    before FlashAttention-3): FlashAttention's memory, FlashAttention-2's kernel sped up by what
+    Transformer Engine measured between the two; elsewhere Transformer Engine picked
+    FlashAttention-2."""
 
     @property
     def fused(self) -> bool:

@@ -40,7 +40,7 @@ import yaml
 
 from clustersim.hardware_specs import DeviceSpec, Dtype, EfficiencyCurve, NodeSpec, OpClass, SpecError
 from clustersim.hardware_specs.device import DeviceEfficiency
-from clustersim.hardware_specs.efficiency import MEMORY_BOUND
+from clustersim.hardware_specs.efficiency import MEASURED_AS, MEMORY_BOUND
 from clustersim.hardware_specs.measured_comm import AlphaBeta, CommOp
 from clustersim.simulator.cost.compute import ComputeModel
 from clustersim.simulator.cost.measured import measured_time, ring_steps_and_traffic
@@ -319,7 +319,7 @@ def fit_profile(doc: Mapping, base_device: DeviceSpec, base_node: NodeSpec, name
     factor = in_training_factor(records, device)
     if factor is not None:
         device = replace(device, efficiency=replace(
-            efficiency, in_training={op: factor for op in OpClass}))
+            efficiency, in_training={op: factor for op in OpClass if op not in MEASURED_AS}))
     fits = comm_fits(records)
     overlap = overlap_slowdowns(records, fits)
     if overlap is not None:

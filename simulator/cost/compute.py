@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 
 from clustersim.hardware_specs import DeviceSpec, Dtype, OpClass
-from clustersim.hardware_specs.efficiency import ATTENTION_CLASSES, MEMORY_BOUND, for_class
+from clustersim.hardware_specs.efficiency import (ATTENTION_CLASSES, MEASURED_AS, MEMORY_BOUND,
+                                                  for_class)
 from clustersim.workloads.layer_ops import Kernel
 from clustersim.workloads.trace import ComputeOp
 
@@ -47,6 +48,16 @@ measurement is B300's)."""
 ATTENTION_REFERENCE_HEAD_DIM = 128
 """Head width of the fused-attention measurements the efficiencies come from (FlashAttention-2/3
 paper figures and ml-engineering's in-step Llama-3.1-8B figures: head dim 128)."""
+CUDNN_2024_OVER_FLASH2 = 19.0716 / 12.0122
+"""Transformer Engine's cuDNN fused attention of early 2024 runs 1.59x FlashAttention-2's rate
+on Hopper. Transformer Engine's attention guide (docs/examples/attention/attention.ipynb, added
+in NVIDIA/TransformerEngine#889, 2024-06: "As of Transformer Engine 1.7, cuDNN 9.0 and
+flash-attn 2.4.2 ... cuDNN attention has 20-50% advantages on Hopper architectures") times
+forward + backward with benchmarks/attention/benchmark_attention.py on an H100: its longest
+case, batch 2, 32 query and 4 KV heads of 128, 8,192 causal tokens (Llama-like GQA), takes
+12.0122 ms with cuDNN and 19.0716 ms with flash-attn (1.35x at 512 tokens, 1.38x at 2,048).
+The kernel runs at FlashAttention-2's efficiency (calibrated curve or analytic) times this, with
+FlashAttention-2's in-training factor."""
 LAUNCH_GAP_S = 2e-6
 """Idle time between dependent kernels on one stream (launch latency, tail)."""
 GROUPED_GEMM_LAUNCH_S = (1.0 / 553.945e12 - 1.0 / 627.903e12) * 2 * 2048 * 768 * 2048 * 16 / 8
@@ -102,7 +113,7 @@ class ComputeModel:
     def efficiency(self, k: Kernel) -> float:
         """Fraction of peak (compute ops) or of HBM bandwidth (element-wise) in training."""
         op = self._runs_as(k.op_class)
-        factor = for_class(self.device.efficiency.in_training, op)
+        factor = for_class(self.device.efficiency.in_training, MEASURED_AS.get(op, op))
         return self._isolated(k, op) * (1.0 if factor is None else factor)
 
     def _runs_as(self, op: OpClass) -> OpClass:
@@ -114,9 +125,13 @@ class ComputeModel:
             return OpClass.ATTENTION_FA4 if eff.attention_fa4 else OpClass.ATTENTION
         if op is OpClass.ATTENTION_FA4 and not eff.attention_fa4:
             return OpClass.ATTENTION
+        if op is OpClass.ATTENTION_CUDNN_2024 and not eff.attention_fa3:
+            return OpClass.ATTENTION   # Transformer Engine 1.x chose FlashAttention-2 off Hopper
         return op
 
     def _isolated(self, k: Kernel, op: OpClass) -> float:
+        if op is OpClass.ATTENTION_CUDNN_2024:
+            return self._isolated(k, OpClass.ATTENTION) * CUDNN_2024_OVER_FLASH2
         eff = self.device.efficiency
         curve = for_class(eff.curves, op)
         if curve is not None:
@@ -175,3 +190,4 @@ class ComputeModel:
         t = sum(self.kernel_time(k) for k in kernels)
         self._times[id(kernels)] = (kernels, t)
         return t
+
