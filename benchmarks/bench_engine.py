@@ -6,10 +6,13 @@ the same process just before each step (build + simulate), so the ratio is meani
 shared, noisy machine; the step runs ``--repeats`` times, each after its own bare loop, and the
 ratio is given in wall time and in this process's CPU time (less sensitive to other processes).
 Then the same job on 1,024 and 4,096 GPUs (DP 8 and 32, the global batch scaled with DP so that
-every replica runs the same 16 micro-batches): how the cost grows with the GPU count.
+every replica runs the same 16 micro-batches): how the cost grows with the GPU count. Last,
+the DeepSeek-V3 example (DeepEP's kernels hold SMs) replayed folded and with an event per op,
+side by side: their step times must be equal, their cost is given as a ratio.
 
     python benchmarks/bench_engine.py
     python benchmarks/bench_engine.py --repeats 5
+    python benchmarks/bench_engine.py --only held-sms
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import time
 
 import simpy
 
+from clustersim.analysis.config import load_config
+from clustersim.analysis.step import simulation_options
 from clustersim.hardware_specs import load_catalog
-from clustersim.simulator import simulate
+from clustersim.simulator import StepSimulation, simulate
 from clustersim.workloads import Job, Recompute, Schedule, Strategy, TrainingSpec
 from clustersim.workloads.builder import build_trace
 from clustersim.workloads.model import PRESETS
@@ -74,11 +79,36 @@ def timed_step(gpus: int, bare: tuple[float, float]) -> tuple[float, float]:
     return wall_ratio, cpu_ratio
 
 
+def held_sms_folding(example: str = "deepseek_v3_h800") -> float:
+    """Replay ``example`` (collectives that hold SMs) folded and with an event per op; print
+    both costs and return the folded replay's share of the other's CPU time."""
+    config = load_config(example)
+    trace = build_trace(config.job)
+    costs = {}
+    for fold in (False, True):
+        sim = StepSimulation(trace, config.cluster, simulation_options(config), fold=fold)
+        cpu = time.process_time()
+        result = sim.run()
+        costs[fold] = (time.process_time() - cpu, result.events, result.step_time_s)
+    (slow, slow_events, slow_step), (fast, fast_events, fast_step) = costs[False], costs[True]
+    if fast_step != slow_step:
+        raise AssertionError(f"{example}: folded step {fast_step!r} s != {slow_step!r} s")
+    print(f"{example} (collectives hold SMs): event per op {slow:.2f} s CPU, {slow_events:,} "
+          f"events; folded {fast:.2f} s CPU, {fast_events:,} events: {fast / slow:.2f}x the "
+          f"CPU, {fast_events / slow_events:.2f}x the events; step time {fast_step:.6f} s in both")
+    return fast / slow
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--repeats", type=int, default=3,
                         help="16,384-GPU steps, each after its own bare loop (default 3)")
+    parser.add_argument("--only", choices=["held-sms"],
+                        help="run only the DeepSeek-V3 folded-against-event-per-op comparison")
     args = parser.parse_args()
+    if args.only == "held-sms":
+        held_sms_folding()
+        return
     ratios = []
     for _ in range(args.repeats):
         bare = bare_simpy_times()
@@ -91,6 +121,7 @@ def main() -> None:
     for gpus in (1024, 4096):
         timed_step(gpus, bare_simpy_times())
     print(f"bare SimPy again: {bare_simpy_seconds():.2f} s (the machine's noise)")
+    held_sms_folding()
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ class ClassState:
     __slots__ = ("cls", "compute", "ops", "finish", "arrive", "previous", "waiters", "activity",
                  "seq", "signature", "instances",
                  "compute_slow", "link_slow", "nic_slow", "nvlink_slow", "launch_s", "stall_s",
-                 "send_posted", "group_classes", "blocked", "fixed")
+                 "send_posted", "group_classes", "blocked", "fixed", "evented")
 
     def __init__(self, cls: RankClass, ops: tuple[Op, ...], condition: tuple[float, ...],
                  interference: Interference, compute: ComputeCost):
@@ -48,6 +48,9 @@ class ClassState:
         self.fixed: dict[tuple, float | None] = {}
         """Folded replay: a collective's duration by what decides it (None: it shares)."""
         """Folded replay: op id -> the streams waiting for its end to be known."""
+        self.evented: frozenset[int] = frozenset()
+        """Folded replay: ops that run as events although they share nothing: collectives
+        whose kernels hold SMs and the compute they may overlap (``held_overlap.py``)."""
         self.activity = DeviceActivity(interference)
         self.seq: dict[str, int] = {}
         self.signature: dict[str, tuple[int, ...]] = {}

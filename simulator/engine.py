@@ -8,8 +8,11 @@
 - Without interference, an op that shares nothing (compute, copies, a collective inside one
   class that crosses no network link) is folded into its stream: its end is known as soon as
   its deps' ends are, so it costs no SimPy event; only the ops that meet other classes or
-  share links run in the environment. With interference, every op runs there, one process
-  per (rank class, stream), since compute and transfers then change each other's times.
+  share links run in the environment. So do a collective whose kernels hold SMs (DeepEP's
+  dispatch and combine) and the compute ops it may overlap, which it slows
+  (``held_overlap.py``); the rest of such a trace folds. With interference, every op runs
+  there, one process per (rank class, stream), since compute and transfers then change each
+  other's times.
 - Exposed communication is time the compute stream waits on a communication op; waiting for a
   recv whose sender had not yet posted it is pipeline bubble.
 - Same-time events are ordered by SimPy's (time, priority, insertion) key and processes are
@@ -39,6 +42,7 @@ from clustersim.simulator.cost.network import NetworkModel
 from clustersim.simulator.class_state import ClassState, Rendezvous, StreamRun
 from clustersim.simulator.device_groups import DeviceGroups
 from clustersim.simulator.flows import FlowNetwork
+from clustersim.simulator.held_overlap import ops_beside_held
 from clustersim.simulator.interference import Interference, sm_share_slowdown
 from clustersim.simulator.lanes import LaneReplay, Unsupported, lane_classes
 from clustersim.simulator.options import Faults, NetworkMode, SimulationOptions
@@ -103,7 +107,7 @@ class StepSimulation:
                                             compute=options.compute_slowdown_when_overlapped)
         self.held = _held_slowdowns(trace, cluster.device.compute_units)
         """SM-share slowdown by the SMs a collective's kernels hold (``interference.py``)."""
-        self.fold = fold and not self.interference.any and not self.held
+        self.fold = fold and not self.interference.any
         self.env = env if env is not None else simpy.Environment()
         self.flows = ((flows if flows is not None
                        else FlowNetwork(self.env, self.network.topology.capacity))
@@ -189,6 +193,12 @@ class StepSimulation:
 
     def _start_folded(self) -> None:
         now = self.env.now
+        beside: dict[int, frozenset[int]] = {}
+        for st in self.states:
+            program = st.cls.program
+            if program not in beside:
+                beside[program] = ops_beside_held(st.ops) if self.held else frozenset()
+            st.evented = beside[program]
         self._left = sum(len(st.ops) for st in self.states)
         self._resolved = self.env.event()
         for st in self.states:
@@ -247,7 +257,9 @@ class StepSimulation:
 
     def _fixed_s(self, st: ClassState, op: Op) -> float | None:
         """The duration of an op that shares nothing; None for one that must run in the
-        environment."""
+        environment (also a collective holding SMs and the compute it may overlap)."""
+        if op.id in st.evented:
+            return None
         if isinstance(op, CollectiveOp):
             key = (op.group, op.kind, op.bytes, op.routing, op.per_rank_copies)
             try:
@@ -288,6 +300,8 @@ class StepSimulation:
                 yield env.timeout(self._delay_to(ready))
             if isinstance(op, CollectiveOp):
                 yield from self._collective(st, op)
+            elif isinstance(op, ComputeOp):
+                yield from self._compute(st, op)
             else:
                 yield from self._p2p(st, op)
             st.finish[op.id] = run.end = env.now
