@@ -109,6 +109,7 @@ class ComputeModel:
         self.bandwidth = device.memory_bandwidth * device.efficiency.memory
         """Streaming bandwidth, the roofline's memory ceiling for compute kernels."""
         self._times: dict[int, tuple[tuple[Kernel, ...], float]] = {}
+        self._kernel_times: dict[int, tuple[Kernel, float]] = {}
 
     def efficiency(self, k: Kernel) -> float:
         """Fraction of peak (compute ops) or of HBM bandwidth (element-wise) in training."""
@@ -183,11 +184,19 @@ class ComputeModel:
         return op.measured_s if op.measured_s is not None else self.kernels_time(op.kernels)
 
     def kernels_time(self, kernels: tuple[Kernel, ...]) -> float:
-        """Sum of the kernels' times (memoised per kernel tuple: layers share theirs)."""
+        """Sum of the kernels' times (memoised per kernel tuple: layers share theirs; and per
+        kernel, since ops built from parts of a layer's kernels share the kernels, not the
+        tuple: DeepSeek-V3's 73,696 compute ops hold 54,296 tuples of 4,322 kernels)."""
         hit = self._times.get(id(kernels))
         if hit is not None and hit[0] is kernels:
             return hit[1]
-        t = sum(self.kernel_time(k) for k in kernels)
+        t = sum(self._kernel_time(k) for k in kernels)
         self._times[id(kernels)] = (kernels, t)
         return t
+
+    def _kernel_time(self, k: Kernel) -> float:
+        hit = self._kernel_times.get(id(k))
+        if hit is None or hit[0] is not k:
+            hit = self._kernel_times[id(k)] = (k, self.kernel_time(k))
+        return hit[1]
 
