@@ -90,14 +90,23 @@ def test_two_h100_nodes_default_all_reduce_within_15_percent_from_64_mib(catalog
     assert predicted.busbw_gbps == pytest.approx(float(row["busbw_gbps"]), rel=0.15)
 
 
-def test_the_pipeline_fill_is_three_rounds_on_two_nodes(catalog):
-    # 2 + 2 log2(2) = 4 stages; at 1 GiB the chunk is 128 KiB, a round 16 x 8 x 128 KiB.
-    cluster = catalog.cluster(device="h100-sxm", num_devices=16)
+@pytest.mark.parametrize("gpus", [16, 32, 64])
+def test_the_pipeline_fill_is_every_stage_but_the_slowest_once(catalog, gpus):
+    # 2 + 2 log2(nodes) stages: the switch's reduction, each network level up and down, the
+    # multicast; a pipeline of stages t_i moving k rounds takes sum(t_i) + (k - 1) max(t_i).
+    # At 1 GiB a round is 16 channels x 8 heads x the chunk (128 KiB; 64 KiB from 4 nodes).
+    cluster = catalog.cluster(device="h100-sxm", num_devices=gpus)
     net = NetworkModel(cluster)
     size = 1.0 * GIB
-    plan = nvls_tree_plan(net.planner, size, (tuple(range(16)),))
-    rate = max(plan.intra_s, plan.network_s(net.topology)) / size
-    assert plan.fill_s == pytest.approx(3 * 16 * 8 * 128 * 1024 * rate)
+    plan = nvls_tree_plan(net.planner, size, (tuple(range(gpus)),))
+    intra, network = plan.intra_s, plan.network_s(net.topology)
+    levels = {16: 1, 32: 2, 64: 3}[gpus]
+    chunk = 128 * 1024 if gpus == 16 else 64 * 1024
+    round_share = 16 * 8 * chunk / size
+    expected = round_share * (2 * intra + 2 * levels * network - max(intra, network))
+    assert plan.fill_s == pytest.approx(expected)
+    # two nodes: the switch is the slowest stage; from four, the network levels (twice the buffer)
+    assert (intra > network) == (gpus == 16)
 
 
 @pytest.mark.parametrize("gpus", [16, 32, 64])

@@ -83,3 +83,15 @@ def pipeline_fill_s(stages: int, round_bytes: float, nbytes: float, bandwidth_s:
         return 0.0
     return (stages - 1) * min(round_bytes, nbytes) * bandwidth_s / nbytes
 
+
+def staged_fill_s(stage_times_s: list[float], round_bytes: float, nbytes: float) -> float:
+    """The fill of a pipeline whose stages move the whole ``nbytes`` in ``stage_times_s`` each
+    (a stage's bytes over its own rate): k rounds through stages of per-round times t_i take
+    sum(t_i) + (k - 1) max(t_i), so the fill over the bandwidth term k max(t_i) is
+    sum(t_i) - max(t_i), each t_i the stage's time scaled to one round (at most the whole
+    message). With equal stages this is ``pipeline_fill_s``'s (D - 1) rounds."""
+    if nbytes <= 0 or len(stage_times_s) <= 1:
+        return 0.0
+    share = min(round_bytes, nbytes) / nbytes
+    return share * (sum(stage_times_s) - max(stage_times_s))
+

@@ -20,10 +20,14 @@ The NVLink part is the one-node NVLS all-reduce's (``collectives.py``: the port 
 network hop for NVLSTree, twice per tree level, and the chunk pipeline's fill
 (``chunk_pipeline.py``): a round (every channel's heads' chunks) passes the switch's reduction,
 each network level up and down, and the switch's multicast, 2 + 2 log2(nodes) stages that hand
-on whole network steps. On two nodes that is three rounds more than the bandwidth term counts:
-NVIDIA/nccl-tests#309's two 8x H100 nodes (defaults, NVLSTree) take 130-160 us more than
-their large-message rate and NVLSTree's latency from 64 MiB, two to three rounds of 128 KiB
-x 16 channels x 8 heads at that rate.
+on whole network steps, each at its own rate: the switch's stages at the NVLink port's, the
+network levels at the NICs' (``staged_fill_s``: the sum of the stages' round times less the
+slowest's, which the bandwidth term counts). Costing every stage at the slowest's rate instead
+made 4-8 nodes at 16-64 MiB 18-40% slow (NVIDIA/nccl-tests#309: the network levels, which
+carry twice the buffer there, are the bottleneck, the two switch stages far faster). On two
+nodes the switch is the bottleneck and the fill is 2.6 of its rounds: NVIDIA/nccl-tests#309's
+two 8x H100 nodes (defaults, NVLSTree) take 130-160 us more than their large-message rate and
+NVLSTree's latency from 64 MiB, two to three rounds of 128 KiB x 16 channels x 8 heads.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import math
 from collections import defaultdict
 
 from clustersim.hardware_specs.topology import Link
-from clustersim.simulator.cost.chunk_pipeline import pipeline_fill_s
+from clustersim.simulator.cost.chunk_pipeline import staged_fill_s
 from clustersim.simulator.cost.collectives import (
     NVLS_CHANNELS, NVLS_LATENCY_S, NVLS_LOOP_OVERHEAD_S, NVLS_MIN_RANKS, Algorithm,
     CollectivePlanner, Plan, Protocol,
@@ -99,6 +103,6 @@ def nvls_tree_plan(planner: CollectivePlanner, nbytes: float,
     intra = nbytes / (node.scale_up_bandwidth * node.nvls_efficiency)
     network = max((b / topology.capacity(link) for link, b in loads.items()), default=0.0)
     plan = Plan(Algorithm.NVLS_TREE, Protocol.SIMPLE, latency, intra, tuple(loads.items()))
-    return plan.with_fill(pipeline_fill_s(2 + 2 * levels, round_bytes, nbytes,
-                                          max(intra, network))).rated(
+    stages = [intra] + [network] * (2 * levels) + [intra]
+    return plan.with_fill(staged_fill_s(stages, round_bytes, nbytes)).rated(
         max(intra, network) / NVLS_TREE_ALGBW_RATIO)
