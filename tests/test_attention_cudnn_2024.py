@@ -21,7 +21,7 @@ def _kernel(op):   # 16 sequences x 32 heads of 8K tokens, head dim 128: compute
 
 
 def test_speedup_is_transformer_engines_benchmark_of_cudnn_against_flash_attn():
-    """docs/examples/attention/attention.ipynb (NVIDIA/TransformerEngine#889), H100, test_3
+    """docs/examples/attention/attention.ipynb (NVIDIA/TransformerEngine#889), H100 PCIe, test_3
     (batch 2, 32 query and 4 KV heads of 128, 8,192 causal tokens), forward + backward: cuDNN
     12.0122 ms, flash-attn 19.0716 ms, 'cuDNN vs flash speedup 1.5877'."""
     assert CUDNN_2024_OVER_FLASH2 == pytest.approx(1.5877, abs=5e-5)

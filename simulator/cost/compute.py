@@ -53,7 +53,7 @@ CUDNN_2024_OVER_FLASH2 = 19.0716 / 12.0122
 on Hopper. Transformer Engine's attention guide (docs/examples/attention/attention.ipynb, added
 in NVIDIA/TransformerEngine#889, 2024-06: "As of Transformer Engine 1.7, cuDNN 9.0 and
 flash-attn 2.4.2 ... cuDNN attention has 20-50% advantages on Hopper architectures") times
-forward + backward with benchmarks/attention/benchmark_attention.py on an H100: its longest
+forward + backward with benchmarks/attention/benchmark_attention.py on an H100 PCIe: its longest
 case, batch 2, 32 query and 4 KV heads of 128, 8,192 causal tokens (Llama-like GQA), takes
 12.0122 ms with cuDNN and 19.0716 ms with flash-attn (1.35x at 512 tokens, 1.38x at 2,048).
 The kernel runs at FlashAttention-2's efficiency (calibrated curve or analytic) times this, with
