@@ -60,13 +60,17 @@ def _charge(ops: Sequence[Op], timeline: ClassTimeline, op_id: int, a: float, b:
         parts["other"] += b - a
 
 
-def breakdown(ops: Sequence[Op], timeline: ClassTimeline) -> Breakdown:
-    """The breakdown of one rank class's step (see the module docstring)."""
+def breakdown(ops: Sequence[Op], timeline: ClassTimeline, until_s: float = math.inf) -> Breakdown:
+    """The breakdown of one rank class's step (see the module docstring). With ``until_s``,
+    only what its compute ops ending by then and the waits before them add (no tail): the
+    part of the step up to that op, so two such prefixes differ by what happened between."""
     parts = {a: 0.0 for a in AXES} | {"bubble": 0.0, "offload": 0.0, "other": 0.0}
     compute = optimizer = 0.0
     prev_end = 0.0
     compute_stream = Stream.COMPUTE.value
     for rec in (r for r in timeline.records if r.stream == compute_stream):
+        if rec.end > until_s:
+            break
         if rec.start - prev_end > _TINY_S:
             _charge(ops, timeline, blocker(ops, timeline, rec.op_id), prev_end, rec.start, parts)
         busy = rec.end - rec.start
@@ -76,7 +80,7 @@ def breakdown(ops: Sequence[Op], timeline: ClassTimeline) -> Breakdown:
             compute += busy
         prev_end = rec.end
     finish = timeline.finish_s
-    if finish - prev_end > _TINY_S:
+    if until_s == math.inf and finish - prev_end > _TINY_S:
         end = timeline.end_s
         last = max(range(len(ops)), key=lambda i: end[i])
         _charge(ops, timeline, last, prev_end, finish, parts)

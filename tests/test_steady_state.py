@@ -9,7 +9,7 @@ import pytest
 
 from clustersim.analysis.config import config_from_mapping
 from clustersim.analysis.step import simulation_options
-from clustersim.analysis.sweeps import steady_state
+from clustersim.analysis.sweeps import op_repeats, steady_state, steady_window
 from clustersim.analysis.sweeps.critical_summary import critical_summary
 from clustersim.analysis.sweeps.steady_state import (
     Probes, StepPoint, probe_plans, simulate_job, steady_step, with_micro_batches,
@@ -132,7 +132,7 @@ def test_three_steps_on_a_line_are_not_enough():
     line = steady_state.extrapolate(plan, [ra, rb, rc], totals, cfg.cluster)
     full = simulate(totals, cfg.cluster, options)
     assert abs(line.step_time_s - full.step_time_s) > 5 * MICROSECOND
-    assert not steady_state._inserted_round(b, c, rc.step_time_s - rb.step_time_s)
+    assert not op_repeats.inserted_round(b, c, rc.step_time_s - rb.step_time_s)
     assert steady_step(cfg.job, cfg.cluster, options) is None
 
 
@@ -177,19 +177,20 @@ def count_replays(monkeypatch) -> list:
     return started
 
 
-def test_a_plan_that_cannot_finish_within_the_allowance_is_never_started(monkeypatch):
-    """Shorter steps of a plan that would overrun the allowance are wasted: none is run."""
+def test_a_step_that_cannot_finish_within_the_allowance_is_never_started(monkeypatch):
+    """Shorter steps that would overrun the allowance are wasted: none is run. The first
+    step tried is the shortest with steady state, alone: its own records show it repeating."""
     cfg = config("1f1b")
     options = replace(simulation_options(cfg), record=False)
-    first = probe_plans(cfg.job)[0]
-    monkeypatch.setattr(steady_state, "SHORTER_SHARE",
-                        (sum(first.counts) - 1) / cfg.job.micro_batches)
+    first = steady_state.first_count(cfg.job, 1, steady_state.ONE_STEP_PERIODS)
+    monkeypatch.setattr(steady_state, "SHORTER_SHARE", (first - 1) / cfg.job.micro_batches)
     started = count_replays(monkeypatch)
     assert steady_step(cfg.job, cfg.cluster, options) is None
     assert started == []
-    monkeypatch.setattr(steady_state, "SHORTER_SHARE", sum(first.counts) / cfg.job.micro_batches)
+    monkeypatch.setattr(steady_state, "SHORTER_SHARE", first / cfg.job.micro_batches)
     assert steady_step(cfg.job, cfg.cluster, options) is not None
-    assert len(started) == len(first.counts)
+    assert [len(t.programs[0].ops) for t in started] == [
+        len(build_trace(with_micro_batches(cfg.job, first)).programs[0].ops)]
 
 
 @pytest.mark.parametrize("name", ["1f1b", "zero3-dp2", "gpipe"])
@@ -227,8 +228,8 @@ def test_a_period_of_two_rounds_is_found_and_one_round_is_refused():
     cfg = config_from_mapping(TWO_ROUNDS)
     options = replace(simulation_options(cfg), record=False)
     (a, ta), (b, tb), (c, tc) = replays(cfg, options, 32, 40, 48)
-    assert not steady_state._inserted_round(a, b, tb - ta)
-    assert steady_state._inserted_round(a, c, tc - ta)
+    assert not op_repeats.inserted_round(a, b, tb - ta)
+    assert op_repeats.inserted_round(a, c, tc - ta)
 
 
 def assert_steady_equals_full(mapping: dict) -> None:
@@ -246,17 +247,35 @@ def test_a_step_that_repeats_every_two_rounds_equals_its_full_replay():
     assert_steady_equals_full(TWO_ROUNDS)
 
 
-def test_a_pipeline_that_settles_late_comes_from_steps_past_its_settling(monkeypatch):
-    """The first pair is refused (stages after the first have not settled); the share of
-    stages settled in it tells how much longer the next steps must be, and a pair past the
-    settling gives the full replay's point. With half the micro-batches, that pair does not
-    fit: nothing more is run and the step is replayed in full."""
+def test_a_pipeline_that_settles_late_comes_from_one_step_past_its_settling(monkeypatch):
+    """The shortest step is refused (stages after the first have not settled when it parts
+    from a longer one); one step past the settling gives the full replay's point, with 256
+    micro-batches and with 96, where a pair past the settling would not fit in half of them."""
     assert_steady_equals_full(SETTLING)
-    options = replace(simulation_options(config_from_mapping(SETTLING)), record=False)
-    short = config_from_mapping({**SETTLING, "training": {"seq_len": 2048, "global_batch": 96}})
+    short = {**SETTLING, "training": {"seq_len": 2048, "global_batch": 96}}
+    cfg = config_from_mapping(short)
+    options = replace(simulation_options(cfg), record=False)
+    probes = steady_state._ProbeSteps(cfg.job, cfg.cluster, options)
+    shortest = steady_state.first_count(cfg.job, 1, steady_state.ONE_STEP_PERIODS)
+    assert probes.one_step(shortest) is None
     started = count_replays(monkeypatch)
-    assert steady_step(short.job, short.cluster, options) is None
-    assert len(started) <= len(probe_plans(short.job)[0].counts)   # the first plan only
+    assert_steady_equals_full(short)
+    assert len(started) == 2   # the shortest, then one past the settling
+
+
+def test_one_step_is_refused_where_it_does_not_repeat_one_period_before_parting():
+    """An interleaved pipeline that repeats every two rounds: the step of 96 micro-batches
+    does not repeat one round (8) before it parts from a longer one, and does two rounds."""
+    cfg = config_from_mapping(TWO_ROUNDS)
+    options = replace(simulation_options(cfg), record=False)
+    probes = steady_state._ProbeSteps(cfg.job, cfg.cluster, options)
+    replay, _ = probes.run(96)
+    one, two = probes.divergence(96, 8), probes.divergence(96, 16)
+    assert steady_window.repeat_before_parting(replay, one, probes.recvs[96], 1e-10)[0] is None
+    repeat, _ = steady_window.repeat_before_parting(replay, two, probes.recvs[96], 1e-10)
+    assert repeat is not None
+    (_, t96), (_, t112) = replays(cfg, options, 96, 112)
+    assert t112 - t96 == pytest.approx(repeat.growth_s, abs=1e-9)
 
 
 def test_settled_share_counts_stages_that_repeat_a_period():
@@ -265,5 +284,5 @@ def test_settled_share_counts_stages_that_repeat_a_period():
     probes = steady_state._ProbeSteps(cfg.job, cfg.cluster, options)
     early, late = probes.run(8)[0], probes.run(40)[0]
     lags = probes.lags(8, 9)
-    assert 0 < steady_state._settled_share(early, lags) < 1   # the first stages only
-    assert steady_state._settled_share(late, lags) == 1
+    assert 0 < op_repeats.settled_share(early, lags) < 1   # the first stages only
+    assert op_repeats.settled_share(late, lags) == 1

@@ -8,6 +8,10 @@ breakdown, while warm-up, drain, gradient reduction and optimizer stay what they
 time is then affine in the number of periods, and a step of ``m`` micro-batches follows from
 two or three shorter ones one period apart, whose schedule has the same shape.
 
+One shorter step may be enough: where its own records show every class repeating a period
+before it parts from a step a period longer (``steady_window``), the longer steps follow without
+a second replay of the warm-up; that is tried first, then pairs or triples of steps.
+
 This is a check, not an assumption. A pipeline can take hundreds of micro-batches to settle
 (GPT-3 175B with TP16 across two A100 nodes: each 1F1B stage about 5.5 micro-batches after
 the one before), and an interleaved one may repeat only every few rounds (TP16 x PP8: every 4,
@@ -43,9 +47,15 @@ from clustersim.workloads.layer_ops import Pass
 from clustersim.workloads.strategies.pipeline import stage_order
 from clustersim.workloads.strategy import Schedule
 from clustersim.workloads.training import Precision
-from clustersim.workloads.trace import Trace
+from clustersim.workloads.trace import Op, RecvOp, Trace
 
 from clustersim.analysis.sweeps.critical_summary import CriticalSummary, critical_summary
+from clustersim.analysis.sweeps.op_repeats import (
+    OP_TOLERANCE_S, inserted_round, settled_round, settled_share,
+)
+from clustersim.analysis.sweeps.steady_window import (
+    WINDOW_PERIODS, Divergence, divergence, extended, repeat_before_parting,
+)
 
 TOLERANCE_S = 1e-7
 """How far (seconds) an extrapolated number may be from the full replay's, in the worst case the
@@ -57,13 +67,25 @@ step that never settles costs at most 3/2 replays, one that does at most half of
 interleaved step of 24 rounds (GPT-3 175B, TP16 x PP32 of 768 micro-batches) settles about a
 round after its warm-up and needs 11 of them for its pair (5 and 6 rounds)."""
 
-OP_TOLERANCE_S = 1e-9
-"""Rounding allowed when two replays' op times are compared (sums of floats in another order)."""
-
 STEADY_PERIODS = 3
 """Periods of steady state after the longest warm-up in a plan's first step: two to show a
-period repeat the one before it (:func:`_settled_share`), and one for the pipeline to settle
+period repeat the one before it (:func:`settled_share`), and one for the pipeline to settle
 after its warm-up (GPT-3 175B, TP16 or TP32 x PP32 interleaved on A100: about one round)."""
+
+ONE_STEP_PERIODS = STEADY_PERIODS + WINDOW_PERIODS
+"""Periods of steady state after the longest warm-up in the first step that alone may stand
+for the step: the first stage parts from a longer step before the last has run as many, and
+the ops of :data:`steady_window.WINDOW_PERIODS` periods before that must repeat."""
+
+REPEATING_SHARE = 1 / 4
+"""A shorter step where fewer than this share of the rank classes repeat a period of their own
+before it parts from a longer one is not settling: no further step is tried, and the step is
+replayed in full. A pipeline that settles stage by stage repeats in many of its stages early
+(GPT-3 175B on A100, 1F1B: TP16 x PP32 in 29 of 32 at 64 micro-batches, all from about 250;
+TP16 x PP8 in 5 of 8 at 16; the four-stage test pipeline in 1 of 4 at 12); TP16 x PP64, with
+stages of one and two layers whose transfers meet on the NICs, repeats in 7 of 64 at 128 and
+in none up to 512 (per micro-batch 20.6 to 21.6 ms, and no period of 64 or 128); interleaved
+TP32 x PP8 in none of 8 at 64."""
 
 INTERLEAVED_PERIODS = (1, 2, 4)
 """Periods, in rounds of ``pp`` micro-batches, looked for in an interleaved pipeline."""
@@ -119,19 +141,12 @@ def probe_plans(job: Job) -> list[Probes]:
     interleaved schedule's micro-batches advance in rounds of ``pp``, and its transfers may
     repeat only every few rounds (GPT-3 175B, TP16 x PP8 on A100: every 4 rounds, 32
     micro-batches): periods of :data:`INTERLEAVED_PERIODS` rounds are tried."""
-    s, micro = job.strategy, job.micro_batches
-    shape = _warmups(job, micro)
-    if shape is None:
+    micro = job.micro_batches
+    if _warmups(job, micro) is None:
         return []
-    interleaved = s.schedule is Schedule.INTERLEAVED and s.virtual_stages > 1
-    periods = {s.pp * k for k in INTERLEAVED_PERIODS} if interleaved else {1, s.pp}
     plans = []
-    for period in sorted(periods):
-        first = micro % period or period
-        while first < micro and (_warmups(job, first) != shape or
-                                 first * s.virtual_stages - max(shape)
-                                 < STEADY_PERIODS * period * s.virtual_stages):
-            first += period
+    for period in periods(job):
+        first = first_count(job, period)
         while first + period < micro:
             plans.append(Probes(micro_batches=micro, round=period,
                                 counts=(first, first + period)))
@@ -140,6 +155,27 @@ def probe_plans(job: Job) -> list[Probes]:
                                     counts=(first, first + period, first + 2 * period)))
             first += max(period, -(-first // (2 * period)) * period)   # half again, one residue
     return sorted(plans, key=lambda p: (sum(p.counts), p.round))
+
+
+def periods(job: Job) -> list[int]:
+    """Micro-batches per period to look for, shortest first (see :func:`probe_plans`)."""
+    s = job.strategy
+    interleaved = s.schedule is Schedule.INTERLEAVED and s.virtual_stages > 1
+    return sorted({s.pp * k for k in INTERLEAVED_PERIODS} if interleaved else {1, s.pp})
+
+
+def first_count(job: Job, period: int, steady: int = STEADY_PERIODS) -> int:
+    """The fewest micro-batches, in the full step's residue modulo ``period``, whose schedule
+    has the full step's shape and ``steady`` periods of steady state after the longest
+    warm-up (``job.micro_batches`` when none has)."""
+    s, micro = job.strategy, job.micro_batches
+    shape = _warmups(job, micro)
+    first = micro % period or period
+    while first < micro and (_warmups(job, first) != shape or
+                             first * s.virtual_stages - max(shape)
+                             < steady * period * s.virtual_stages):
+        first += period
+    return first
 
 
 def _warmups(job: Job, micro: int) -> tuple[int, ...] | None:
@@ -209,14 +245,17 @@ def steady_step(job: Job, cluster: ClusterSpec, options: SimulationOptions) -> S
     one that needs the fewest micro-batches more; a plan whose steps would not all fit in the
     allowance, with the steps already run, is never started (its first steps would be wasted),
     and after the first plan, none is continued whose first step shows a stage that repeats no
-    period of the plan's length (:func:`_settled_share`). When a failed plan's steps were not
+    period of the plan's length (:func:`settled_share`). When a failed plan's steps were not
     one period apart and its longest shows only some stages settled, the pipeline is settling
     stage by stage (``_ProbeSteps.settle_floor``): shorter steps than the share settled would
     need are not tried with that period. A pair stands for the step when its
-    longer step is settled around the inserted period (:func:`_settled_round`); else the
+    longer step is settled around the inserted period (:func:`settled_round`); else the
     third step of its triple checks that the step grows the same over two periods."""
     probes = _ProbeSteps(job, cluster, options)
     budget = SHORTER_SHARE * job.micro_batches
+    steady = probes.one_step_search(budget)
+    if steady is not None or probes.aperiodic:
+        return steady
     floor: dict[int, float] = {}
     """period -> the fewest micro-batches worth trying with it."""
     plans = probe_plans(job)
@@ -249,6 +288,17 @@ class _ProbeSteps:
         self.apart: dict[tuple[int, int], bool] = {}
         """Whether the longer of two steps is the shorter with a period inserted, op by op."""
         self.totals: Trace | None = None
+        self.critical_ops: dict[int, tuple[Op, ...]] = {}
+        """micro-batches -> the ops of the critical class's program (for its breakdown)."""
+        self.aperiodic = False
+        """Whether a step was seen that is not settling (:data:`REPEATING_SHARE`)."""
+        self.repeating = 0
+        """The most classes that repeated a period of their own before a step parted from a
+        longer one (:meth:`one_step`)."""
+        self.recvs: dict[int, list[np.ndarray]] = {}
+        """micro-batches -> for each program, which of its ops are receives."""
+        self.divergences: dict[tuple[int, int], Divergence | None] = {}
+        """(micro-batches, period) -> where the step parts from one a period longer."""
 
     @property
     def spent(self) -> int:
@@ -269,11 +319,89 @@ class _ProbeSteps:
             trace = self.trace(micro)
             del self.traces[micro]
             replay = StepSimulation(trace, self.cluster, self.options).replay()
-            self.done[micro] = replay, critical_summary(replay, trace)
+            summary = critical_summary(replay, trace)
+            self.done[micro] = replay, summary
+            program = next(tl.rank_class.program for tl in replay.timelines
+                           if tl.rank_class.index == summary.critical_class)
+            self.critical_ops[micro] = trace.programs[program].ops
+            self.recvs[micro] = [np.fromiter((isinstance(op, RecvOp) for op in p.ops), bool,
+                                             len(p.ops)) for p in trace.programs]
             self.totals = self.totals or replace(
                 trace, model_flops=self.job.model_flops_per_step,
                 tokens=float(self.job.training.tokens_per_step))
         return self.done[micro]
+
+    def programs_of(self, micro: int) -> list[tuple[Op, ...]]:
+        return [p.ops for p in self.trace(micro).programs]
+
+    def divergence(self, micro: int, period: int) -> Divergence | None:
+        if (micro, period) not in self.divergences:
+            self.divergences[micro, period] = divergence(
+                self.programs_of, micro, period, first_count(self.job, period, steady=0))
+        return self.divergences[micro, period]
+
+    def one_step(self, micro: int) -> StepPoint | None:
+        """The step from the one of ``micro`` micro-batches, where its records show the state
+        repeating one period before it parts from a longer step (``steady_window``)."""
+        replay, summary = self.run(micro)
+        for period in periods(self.job):
+            rounds, rest = divmod(self.job.micro_batches - micro, period)
+            div = None if rest or rounds <= 0 else self.divergence(micro, period)
+            if div is None:
+                continue
+            repeat, repeating = repeat_before_parting(
+                replay, div, self.recvs[micro], min(OP_TOLERANCE_S, TOLERANCE_S / rounds))
+            self.repeating = max(self.repeating, repeating)
+            grown = None if repeat is None else extended(
+                summary, replay, self.critical_ops[micro], repeat, rounds)
+            if grown is not None:
+                return StepPoint.of(grown[0], self.totals, self.cluster, step_time_s=grown[1],
+                                    events=sum(r.events for _, r in self.done.values()))
+        return None
+
+    def one_step_search(self, budget: float) -> StepPoint | None:
+        """The step from one shorter step (:meth:`one_step`): the fewest micro-batches with
+        steady state first, then one as long as the share of settled classes suggests
+        (stages settle one after the other), two to four times as long, and at most what is
+        left of ``budget`` micro-batches. Each is a whole number of the longest period short
+        of the step (where that fits), so that every period can be checked. Only under 1F1B:
+        an interleaved period is a round of pp or more, and two of them before the parting
+        point take more micro-batches than a pair of steps one period apart (interleaved TP16
+        x PP8 on A100, 192 micro-batches: a pair of 2-round steps, where one step did not fit)."""
+        periods_ = periods(self.job)
+        if periods_[0] != 1:
+            return None
+        first = first_count(self.job, periods_[0], ONE_STEP_PERIODS)
+        micro = self._in_residue(first, budget, least=first)
+        while micro is not None:
+            steady = self.one_step(micro)
+            if steady is not None:
+                return steady
+            if self.repeating < REPEATING_SHARE * len(self.done[micro][0].timelines):
+                self.aperiodic = True
+                return None
+            div = self.divergence(micro, periods_[0])
+            if div is None:
+                return None
+            replay = self.done[micro][0]
+            share = settled_share(replay, tuple(div.lag[tl.rank_class.program]
+                                                for tl in replay.timelines))
+            wanted = min(max(micro / share if share > 0 else 0, 2 * micro), 4 * micro)
+            micro = self._in_residue(wanted, budget, least=micro + periods_[0])
+        return None
+
+    def _in_residue(self, wanted: float, budget: float, least: int = 0) -> int | None:
+        """Micro-batches near ``wanted`` for one step, at least ``least``, a whole number of
+        periods short of the full step (the longest period where that fits), that the
+        steps run so far leave room for in ``budget`` (None: none)."""
+        full, room = self.job.micro_batches, budget - self.spent
+        for period in reversed(periods(self.job)):
+            up = full - (full - max(wanted, least)) // period * period
+            down = full - -(-(full - min(wanted, room)) // period) * period
+            micro = up if up <= room else down
+            if max(least, 1) <= micro < full and micro <= room:
+                return int(micro)
+        return None
 
     def lags(self, shorter: int, longer: int) -> tuple[int, ...]:
         """Each class's ops inserted between the steps of ``shorter`` and ``longer``."""
@@ -288,18 +416,18 @@ class _ProbeSteps:
         first, second = plan.counts[:2]
         not_first_plan = bool(self.done) and first not in self.done
         a, ra = self.run(first)
-        if not_first_plan and second not in self.done and _settled_share(a, self.lags(first, second)) < 1:
+        if not_first_plan and second not in self.done and settled_share(a, self.lags(first, second)) < 1:
             return None   # a stage repeats no period yet: the longer step would be wasted
         for earlier, later in zip(plan.counts, plan.counts[1:]):
             if (earlier, later) not in self.apart:
                 (a, ra), (b, rb) = self.run(earlier), self.run(later)
-                self.apart[earlier, later] = _inserted_round(a, b,
+                self.apart[earlier, later] = inserted_round(a, b,
                                                              rb.step_time_s - ra.step_time_s)
             if not self.apart[earlier, later]:
                 return None
         if len(plan.counts) == 2:
             (a, ra), (b, rb) = (self.done[m] for m in plan.counts)
-            if not _settled_round(a, b, rb.step_time_s - ra.step_time_s):
+            if not settled_round(a, b, rb.step_time_s - ra.step_time_s):
                 return None
         steady = extrapolate(plan, [self.done[m][1] for m in plan.counts], self.totals,
                              self.cluster)
@@ -313,82 +441,10 @@ class _ProbeSteps:
         settles stage by stage: GPT-3 175B, TP16 x PP32 1F1B on A100, about 5.5 micro-batches
         a stage), that step over the share settled; when it shows none, twice that step."""
         longest = max(m for m in plan.counts if m in self.done)
-        share = _settled_share(self.done[longest][0], self.lags(*plan.counts[:2]))
+        share = settled_share(self.done[longest][0], self.lags(*plan.counts[:2]))
         if share == 0:
             return plan.round, 2.0 * longest
         return plan.round, longest / share if share < 1 else 0.0
-
-
-def _settled_share(replay: Replay, lags: tuple[int, ...]) -> float:
-    """The share of ``replay``'s classes that have settled: whose longest stretch of ops that
-    each end the same time after the same op a period before lasts two periods or more, and
-    that time is the longest of any class's (``lags``: each class's ops per period). A stage
-    still settling may repeat itself at a shorter period until its slack is used up (GPT-3
-    175B, TP16 1F1B on A100: 13 us a micro-batch faster), so a repeat alone does not show it
-    settled."""
-    repeats = [_longest_repeat(np.asarray(tl.end_s), lag)
-               for tl, lag in zip(replay.timelines, lags, strict=True)]
-    known = [r for r in repeats if r is not None]
-    if not known:
-        return 0.0
-    period = max(known)
-    return sum(abs(r - period) <= OP_TOLERANCE_S for r in known) / len(repeats)
-
-
-def _longest_repeat(end: np.ndarray, lag: int) -> float | None:
-    """How long after the same op ``lag`` ops before each op ends, over the longest stretch
-    where that stays the same (None: no stretch of two periods of ops)."""
-    if lag <= 0 or len(end) < 3 * lag:
-        return None
-    repeat = end[lag:] - end[:-lag]
-    steady = np.abs(np.diff(repeat)) <= OP_TOLERANCE_S
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], steady.astype(np.int8), [0]))))
-    if not len(edges):
-        return None
-    runs = edges[1::2] - edges[::2]
-    longest = int(np.argmax(runs))
-    return float(repeat[edges[2 * longest]]) if runs[longest] >= lag else None
-
-
-def _inserted_round(shorter: Replay, longer: Replay, growth_s: float) -> bool:
-    """Whether ``longer`` is ``shorter`` with one round inserted: in every rank class, each op
-    ends at the same time as in ``shorter`` up to some op, and ``growth_s`` later from there to
-    the end, the ops counted from the end. (When an op could start says less: a receive is
-    posted at the start of the step.)"""
-    for a, b in zip(shorter.timelines, longer.timelines, strict=True):
-        end, later = np.asarray(a.end_s), np.asarray(b.end_s)
-        n, extra = len(end), len(later) - len(end)
-        if extra <= 0:
-            return False
-        same = np.abs(later[:n] - end) <= OP_TOLERANCE_S
-        shifted = np.abs(later[extra:] - end - growth_s) <= OP_TOLERANCE_S
-        if _leading(same) + _leading(shifted[::-1]) < n:
-            return False
-    return True
-
-
-def _leading(ok: np.ndarray) -> int:
-    """How many of ``ok`` are true before the first false."""
-    misses = np.flatnonzero(~ok)
-    return int(misses[0]) if len(misses) else len(ok)
-
-
-def _settled_round(shorter: Replay, longer: Replay, growth_s: float) -> bool:
-    """In every class of ``longer`` (``shorter`` with a period inserted, :func:`_inserted_round`),
-    the ops of the period after the point where it parts from ``shorter`` each end ``growth_s``
-    after the same op a period before: the state the inserted period leaves is the one it
-    found, shifted, so a longer step inserts the same period again. This stands for a third
-    step one period further."""
-    for a, b in zip(shorter.timelines, longer.timelines, strict=True):
-        end, later = np.asarray(a.end_s), np.asarray(b.end_s)
-        lag = len(later) - len(end)
-        parted = _leading(np.abs(later[:len(end)] - end) <= OP_TOLERANCE_S)
-        if lag <= 0 or parted < lag or parted + lag > len(later):
-            return False
-        window = later[parted:parted + lag] - later[parted - lag:parted]
-        if not np.all(np.abs(window - growth_s) <= OP_TOLERANCE_S):
-            return False
-    return True
 
 
 def extrapolate(plan: Probes, shorter: list[CriticalSummary], totals: Trace,
