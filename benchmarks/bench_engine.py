@@ -7,8 +7,9 @@ shared, noisy machine; the step runs ``--repeats`` times, each after its own bar
 ratio is given in wall time and in this process's CPU time (less sensitive to other processes).
 Then the same job on 1,024 and 4,096 GPUs (DP 8 and 32, the global batch scaled with DP so that
 every replica runs the same 16 micro-batches): how the cost grows with the GPU count. Last,
-the DeepSeek-V3 example (DeepEP's kernels hold SMs) replayed folded and with an event per op,
-side by side: their step times must be equal, their cost is given as a ratio.
+the DeepSeek-V3 example and a DeepEP row of the MoE table (DeepEP's kernels hold SMs) replayed
+folded and with an event per op, side by side: their step times must be equal, their cost is
+given as a ratio.
 
     python benchmarks/bench_engine.py
     python benchmarks/bench_engine.py --repeats 5
@@ -18,13 +19,16 @@ side by side: their step times must be equal, their cost is given as a ratio.
 from __future__ import annotations
 
 import argparse
+import csv
 import statistics
 import time
+from pathlib import Path
 
 import simpy
 
-from clustersim.analysis.config import load_config
+from clustersim.analysis.config import RunConfig, load_config
 from clustersim.analysis.step import simulation_options
+from clustersim.analysis.validation.published import row_config
 from clustersim.hardware_specs import load_catalog
 from clustersim.simulator import StepSimulation, simulate
 from clustersim.workloads import Job, Recompute, Schedule, Strategy, TrainingSpec
@@ -32,6 +36,7 @@ from clustersim.workloads.builder import build_trace
 from clustersim.workloads.model import PRESETS
 
 BARE_TIMEOUTS = 1_000_000
+REPO = Path(__file__).resolve().parents[1]
 
 
 def bare_simpy_seconds(n: int = BARE_TIMEOUTS) -> float:
@@ -79,10 +84,24 @@ def timed_step(gpus: int, bare: tuple[float, float]) -> tuple[float, float]:
     return wall_ratio, cpu_ratio
 
 
-def held_sms_folding(example: str = "deepseek_v3_h800") -> float:
-    """Replay ``example`` (collectives that hold SMs) folded and with an event per op; print
-    both costs and return the folded replay's share of the other's CPU time."""
-    config = load_config(example)
+HELD_SMS_ROW = "mz_qwen3_235b_h100_deepep_tp4_ep8_pp8"
+"""A DeepEP row of ``analysis/data/published_runs_moe.csv`` run 1F1B-interleaved without
+all-to-all overlap: no compute beside its dispatches, so the whole trace but those folds."""
+
+
+def held_sms_configs() -> list[tuple[str, RunConfig]]:
+    """The DeepSeek-V3 example (DualPipe: 64% of its compute beside DeepEP's dispatches) and
+    ``HELD_SMS_ROW`` (none beside)."""
+    rows = csv.DictReader((REPO / "analysis/data/published_runs_moe.csv").open())
+    row = next(r for r in rows if r["id"] == HELD_SMS_ROW)
+    return [("deepseek_v3_h800", load_config("deepseek_v3_h800")),
+            (HELD_SMS_ROW, row_config(row, load_catalog()))]
+
+
+def held_sms_folding(name: str, config: RunConfig) -> float:
+    """Replay ``config`` (collectives that hold SMs) with an event per op and folded, side by
+    side; print both costs and which the engine picks, and return the folded replay's share of
+    the other's CPU time."""
     trace = build_trace(config.job)
     costs = {}
     for fold in (False, True):
@@ -92,10 +111,12 @@ def held_sms_folding(example: str = "deepseek_v3_h800") -> float:
         costs[fold] = (time.process_time() - cpu, result.events, result.step_time_s)
     (slow, slow_events, slow_step), (fast, fast_events, fast_step) = costs[False], costs[True]
     if fast_step != slow_step:
-        raise AssertionError(f"{example}: folded step {fast_step!r} s != {slow_step!r} s")
-    print(f"{example} (collectives hold SMs): event per op {slow:.2f} s CPU, {slow_events:,} "
+        raise AssertionError(f"{name}: folded step {fast_step!r} s != {slow_step!r} s")
+    picked = StepSimulation(trace, config.cluster, simulation_options(config)).fold
+    print(f"{name} (collectives hold SMs): event per op {slow:.2f} s CPU, {slow_events:,} "
           f"events; folded {fast:.2f} s CPU, {fast_events:,} events: {fast / slow:.2f}x the "
-          f"CPU, {fast_events / slow_events:.2f}x the events; step time {fast_step:.6f} s in both")
+          f"CPU, {fast_events / slow_events:.2f}x the events; step time {fast_step:.6f} s in "
+          f"both; the engine {'folds' if picked else 'runs an event per op'} by default")
     return fast / slow
 
 
@@ -107,7 +128,8 @@ def main() -> None:
                         help="run only the DeepSeek-V3 folded-against-event-per-op comparison")
     args = parser.parse_args()
     if args.only == "held-sms":
-        held_sms_folding()
+        for name, config in held_sms_configs():
+            held_sms_folding(name, config)
         return
     ratios = []
     for _ in range(args.repeats):
@@ -121,7 +143,8 @@ def main() -> None:
     for gpus in (1024, 4096):
         timed_step(gpus, bare_simpy_times())
     print(f"bare SimPy again: {bare_simpy_seconds():.2f} s (the machine's noise)")
-    held_sms_folding()
+    for name, config in held_sms_configs():
+        held_sms_folding(name, config)
 
 
 if __name__ == "__main__":

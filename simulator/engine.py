@@ -42,7 +42,7 @@ from clustersim.simulator.cost.network import NetworkModel
 from clustersim.simulator.class_state import ClassState, Rendezvous, StreamRun
 from clustersim.simulator.device_groups import DeviceGroups
 from clustersim.simulator.flows import FlowNetwork
-from clustersim.simulator.held_overlap import ops_beside_held
+from clustersim.simulator.held_overlap import folding_pays, ops_beside_held
 from clustersim.simulator.interference import Interference, sm_share_slowdown
 from clustersim.simulator.lanes import LaneReplay, Unsupported, lane_classes
 from clustersim.simulator.options import Faults, NetworkMode, SimulationOptions
@@ -82,14 +82,16 @@ class StepSimulation:
                  compute: ComputeCost | None = None, network: NetworkCost | None = None,
                  memory: MemoryCost | None = None, *, env: simpy.Environment | None = None,
                  flows: FlowNetwork | None = None, devices: Sequence[int] | None = None,
-                 lanes: bool = True, fold: bool = True):
+                 lanes: bool = True, fold: bool | None = None):
         """``compute``, ``network`` and ``memory`` replace the default cost models (tests,
         calibration). ``env``, ``flows`` and ``devices`` let several jobs share one SimPy
         environment and one flow network (``simulator/shared_fabric.py``): ``devices[d]`` is
         the fabric's device that runs the job's device ``d`` (``cluster.device_of(rank)``).
         ``lanes=False`` expands into one class per rank, the slow reference that the lane
         engine is checked against; ``fold=False`` runs every op as SimPy events, the reference
-        that the folded replay is checked against (it always does with interference)."""
+        that the folded replay is checked against (it always does with interference);
+        ``fold=True`` folds even a trace whose collectives hold SMs beside most of its compute,
+        which by default runs as events, the faster there (``folding_pays``)."""
         self.trace, self.cluster, self.options, self.faults = trace, cluster, options, faults
         self.computes = tuple(compute or ComputeModel(g.device) for g in cluster.device_groups)
         """One compute model per device group (one on a homogeneous cluster)."""
@@ -107,7 +109,12 @@ class StepSimulation:
                                             compute=options.compute_slowdown_when_overlapped)
         self.held = _held_slowdowns(trace, cluster.device.compute_units)
         """SM-share slowdown by the SMs a collective's kernels hold (``interference.py``)."""
-        self.fold = fold and not self.interference.any
+        self.beside = ({p: ops_beside_held(program.ops)
+                        for p, program in enumerate(trace.programs)} if self.held else {})
+        """Program -> its ops that run as events in a folded replay though they share nothing
+        (collectives holding SMs and the compute they may overlap)."""
+        self.fold = (fold is not False and not self.interference.any
+                     and (fold or folding_pays(trace, self.beside)))
         self.env = env if env is not None else simpy.Environment()
         self.flows = ((flows if flows is not None
                        else FlowNetwork(self.env, self.network.topology.capacity))
@@ -193,12 +200,8 @@ class StepSimulation:
 
     def _start_folded(self) -> None:
         now = self.env.now
-        beside: dict[int, frozenset[int]] = {}
         for st in self.states:
-            program = st.cls.program
-            if program not in beside:
-                beside[program] = ops_beside_held(st.ops) if self.held else frozenset()
-            st.evented = beside[program]
+            st.evented = self.beside.get(st.cls.program, frozenset())
         self._left = sum(len(st.ops) for st in self.states)
         self._resolved = self.env.event()
         for st in self.states:

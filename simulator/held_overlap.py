@@ -13,8 +13,9 @@ the first one that waits for it.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
-from clustersim.workloads.trace import CollectiveOp, ComputeOp, Op, Stream
+from clustersim.workloads.trace import CollectiveOp, ComputeOp, Op, Stream, Trace
 
 
 def holds_sms(op: Op) -> bool:
@@ -41,6 +42,24 @@ def ops_beside_held(ops: tuple[Op, ...]) -> frozenset[int]:
         lo, hi = before[h] + 1, after[h]
         beside.update(computes[lo:len(computes) if math.isinf(hi) else int(hi)])
     return frozenset(beside)
+
+
+def folding_pays(trace: Trace, beside: Mapping[int, frozenset[int]]) -> bool:
+    """Whether a folded replay of ``trace`` is worth it: at most half its compute ops run as
+    events beside collectives that hold SMs (``beside``: program -> ops, from
+    :func:`ops_beside_held`). Beyond that the folded replay, which starts a SimPy process each
+    time a stream resumes after a wait, costs more than the replay with one process per stream:
+    measured on the DeepEP rows of ``analysis/data/published_runs_moe.csv`` (2-core machine),
+    rows with no compute beside a held collective fold to 0.42-0.60x the events at 0.9-1.1x the
+    CPU, rows with 64-90% of it beside take 1.0-1.5x the CPU folded."""
+    computes = besides = 0
+    for p, program in enumerate(trace.programs):
+        ids = beside.get(p, frozenset())
+        for op in program.ops:
+            if isinstance(op, ComputeOp):
+                computes += 1
+                besides += op.id in ids
+    return 2 * besides <= computes
 
 
 def _chain_bounds(ops: tuple[Op, ...], position: dict[int, int]) -> tuple[list[int], list[float]]:

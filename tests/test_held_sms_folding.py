@@ -70,3 +70,12 @@ def test_dualpipe_overlaps_compute_with_held_dispatches(catalog):
 def test_deepseek_v3_example_folds_the_same():
     cfg = load_config("deepseek_v3_h800")
     _assert_identical(*_both(build_trace(cfg.job), cfg.cluster, simulation_options(cfg)))
+
+
+def test_a_trace_folds_by_default_unless_most_compute_is_beside_held_collectives(catalog):
+    """1F1B runs no compute beside its dispatches and folds; DualPipe runs most of it beside
+    them, where one process per stream is the cheaper replay (both give the same times)."""
+    cluster = catalog.cluster(device="h100-sxm", num_devices=16)
+    folds = {schedule: StepSimulation(build_trace(_moe_job(schedule, pp=2)), cluster).fold
+             for schedule in (Schedule.ONE_F_ONE_B, Schedule.DUALPIPE)}
+    assert folds == {Schedule.ONE_F_ONE_B: True, Schedule.DUALPIPE: False}
