@@ -8,7 +8,7 @@ import pytest
 
 from clustersim.analysis.config import load_config
 from clustersim.analysis.step import simulation_options
-from clustersim.simulator import SimulationOptions, StepSimulation
+from clustersim.simulator import Faults, SimulationOptions, StepSimulation
 from clustersim.simulator.engine import NetworkMode
 from clustersim.simulator.held_overlap import ops_beside_held
 from clustersim.workloads import Job, Schedule, Strategy, TrainingSpec
@@ -64,6 +64,30 @@ def test_dualpipe_overlaps_compute_with_held_dispatches(catalog):
                    for i in ops_beside_held(p.ops))
     assert beside(Schedule.DUALPIPE) > 0
     assert beside(Schedule.ONE_F_ONE_B) == 0
+
+
+@pytest.mark.parametrize("schedule", [Schedule.ONE_F_ONE_B, Schedule.DUALPIPE],
+                         ids=lambda s: s.value)
+def test_faulted_ranks_with_held_sms_fold_the_same(catalog, schedule):
+    """A straggler and a slow NIC split classes: their compute beside a dispatch still folds
+    to the same floats."""
+    cluster = catalog.cluster(device="h100-sxm", num_devices=16)
+    trace = build_trace(_moe_job(schedule, pp=2))
+    faults = Faults(compute_slowdown={3: 1.3}, nic_slowdown={9: 2.0})
+    _assert_identical(*_both(trace, cluster, faults=faults))
+
+
+def test_an_expanded_held_sms_step_folds_to_the_collapsed_step_time(catalog):
+    """Expanded (a class per rank, since lanes do not follow held SMs), the folded replay
+    gives the collapsed step time with half the events of an event per op."""
+    cluster = catalog.cluster(device="h100-sxm", num_devices=16)
+    trace = build_trace(_moe_job(Schedule.ONE_F_ONE_B, pp=2))
+    collapsed = StepSimulation(trace, cluster).run()
+    folded, evented = (StepSimulation(trace, cluster, SimulationOptions(expand=True), fold=fold)
+                       .run() for fold in (None, False))
+    assert len(folded.classes) == 16
+    assert folded.step_time_s == evented.step_time_s == collapsed.step_time_s
+    assert 2 * folded.events < evented.events
 
 
 @pytest.mark.slow

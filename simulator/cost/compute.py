@@ -190,13 +190,12 @@ class ComputeModel:
         hit = self._times.get(id(kernels))
         if hit is not None and hit[0] is kernels:
             return hit[1]
-        t = sum(self._kernel_time(k) for k in kernels)
+        known, t = self._kernel_times, 0  # summed from 0 in order, as sum() does
+        for k in kernels:
+            hit = known.get(id(k))
+            if hit is None or hit[0] is not k:
+                hit = known[id(k)] = (k, self.kernel_time(k))
+            t += hit[1]
         self._times[id(kernels)] = (kernels, t)
         return t
-
-    def _kernel_time(self, k: Kernel) -> float:
-        hit = self._kernel_times.get(id(k))
-        if hit is None or hit[0] is not k:
-            hit = self._kernel_times[id(k)] = (k, self.kernel_time(k))
-        return hit[1]
 
