@@ -141,3 +141,28 @@ def test_a_trace_file_that_is_not_a_trace_says_what_it_lacks(tmp_path, text, exp
     path.write_text(text)
     line = _one_error_line(*_run(["trace", "export", str(path), "--out", str(tmp_path / "c")]))
     assert line == f"error: trace: {path}: {expected}"
+
+
+def _dev_runs(tmp_path, edit) -> str:
+    import csv
+    rows = list(csv.DictReader((REPO / "analysis/data/published_runs_dev.csv").open()))[:2]
+    header, rows = edit(list(rows[0]), rows)
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        writer.writerows([[row.get(k, "") for k in header][:n] for row, n in rows])
+    return str(path)
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda h, rows: ([c for c in h if c != "num_gpus"], [(r, 99) for r in rows]),
+     "lacks the num_gpus column"),
+    (lambda h, rows: (h, [(r, 99) for r in (rows[0], rows[0])]),
+     "line 3: id 'narayanan-1p7b' is already the run of line 2"),
+    (lambda h, rows: (h, [(rows[0], 99), (rows[1], 5)]), "line 3 has 5 cells; the header has"),
+], ids=["missing column", "duplicate id", "short row"])
+def test_a_runs_table_that_is_wrong_as_a_whole_is_one_line(tmp_path, edit, expected):
+    """Said once for the table, before any run is simulated, not as a note under every row."""
+    line = _one_error_line(*_run(["validate", "--runs", _dev_runs(tmp_path, edit)]))
+    assert line.startswith("error: --runs: ") and expected in line, line

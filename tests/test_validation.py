@@ -177,12 +177,39 @@ def test_a_bad_cell_is_reported_under_its_column(catalog, tmp_path, change, expe
      "unknown column 'atention'; did you mean attention?"),
     (["id", "measured_step_time_s"], [["a", "1"], ["b", "1", "x"]],
      "line 3 has more cells than the header"),
+    (["id", "measured_step_time_s"], [["a", "1"], ["b"]], "line 3 has 1 cells; the header has 2"),
 ])
 def test_a_table_whose_columns_are_wrong_is_refused(catalog, tmp_path, header, rows, expected):
     """A misspelt column would otherwise be ignored and the row run with the default."""
     from clustersim.hardware_specs import SpecError
     with pytest.raises(SpecError, match=f"--runs: .*runs.csv: {expected}"):
         validate_rows(_table(tmp_path, header, rows), catalog)
+
+
+def _dev_row_without(column: str) -> tuple[list[str], list[str]]:
+    row = next(csv.DictReader(open(RUNS)))
+    row.pop(column, None)
+    return list(row), list(row.values())
+
+
+@pytest.mark.parametrize("column, expected", [
+    ("hidden", "lacks the hidden column \\(or a model column naming a preset\\)"),
+    ("tp", "lacks the tp column$"),
+])
+def test_a_required_column_missing_from_the_header_names_it(catalog, tmp_path, column, expected):
+    """Not ``hidden: is empty`` under every row: the table lacks the column."""
+    from clustersim.hardware_specs import SpecError
+    header, cells = _dev_row_without(column)
+    with pytest.raises(SpecError, match=f"--runs: .*runs.csv {expected}"):
+        validate_rows(_table(tmp_path, header, [cells]), catalog)
+
+
+def test_two_runs_of_one_id_are_refused(catalog, tmp_path):
+    from clustersim.hardware_specs import SpecError
+    header, cells = _dev_row_without("")
+    with pytest.raises(SpecError, match=f"runs.csv: line 3: id '{cells[0]}' is already the run "
+                                        "of line 2"):
+        validate_rows(_table(tmp_path, header, [cells, cells]), catalog)
 
 
 @pytest.mark.parametrize("table", sorted(p.name for p in (REPO / "analysis/data").glob(

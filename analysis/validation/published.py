@@ -281,10 +281,16 @@ def validate_rows(path: Path, catalog: Catalog, options: SimulationOptions = DEF
     longer = next((i for i, row in enumerate(rows) if None in row), None)
     if longer is not None:           # csv.DictReader files the extra cells under None
         raise SpecError("--runs", f"{path}: line {longer + 2} has more cells than the header")
+    shorter = next((i for i, row in enumerate(rows) if None in row.values()), None)
+    if shorter is not None:          # ... and a missing cell as None
+        cells = sum(value is not None for value in rows[shorter].values())
+        raise SpecError("--runs", f"{path}: line {shorter + 2} has {cells} cells; the header "
+                                  f"has {len(rows[shorter])}")
     unknown = [column for column in rows[0] if column not in COLUMNS]
     if unknown:
         raise SpecError("--runs", f"{path}: unknown column {unknown[0]!r}"
                                   f"{did_you_mean(str(unknown[0]), COLUMNS)}")
+    _check_columns_and_ids(path, rows)
     outcomes = []
     bar = show_progress(len(rows), "validate", "run", progress)
     for row in rows:
@@ -292,6 +298,25 @@ def validate_rows(path: Path, catalog: Catalog, options: SimulationOptions = DEF
         bar.update(1)
     bar.close()
     return outcomes
+
+
+def _check_columns_and_ids(path: Path, rows: list[dict]) -> None:
+    """A required column absent from the header fails every row the same way, and two rows
+    of one ``id`` make the report ambiguous: both are the table's error, said once."""
+    header = rows[0]
+    absent = [k for k in REQUIRED if k not in header and not ("model" in header
+                                                                and k in ARCHITECTURE)]
+    if absent:
+        needs = " (or a model column naming a preset)" if absent[0] in ARCHITECTURE else ""
+        raise SpecError("--runs", f"{path} lacks the {absent[0]} column{needs}")
+    first_line: dict[str, int] = {}
+    for line, row in enumerate(rows, start=2):
+        rid = _cell(row, "id")
+        if rid in first_line:
+            raise SpecError("--runs", f"{path}: line {line}: id {rid!r} is already the run "
+                                      f"of line {first_line[rid]}")
+        if rid:
+            first_line[rid] = line
 
 
 def _outcome(row: dict, catalog: Catalog, options: SimulationOptions) -> RowOutcome:
