@@ -160,11 +160,32 @@ def _load_cached(dirs: tuple[Path, ...], files: tuple[Path, ...]) -> Catalog:
                     seen_here[key] = path
                     merged[section][name] = spec
                     origin[key] = str(path)
+    _check_references(merged, origin)
+    return Catalog(origin=origin, **merged)
+
+
+REFERENCES = (("nodes", "device", "devices"), ("nodes", "host_memory", "memory_tiers"),
+              ("nodes", "local_storage", "memory_tiers"), ("devices", "default_node", "nodes"))
+"""(section, field, the section its value names): checked once every file is merged, so that a
+typo is reported at its own entry, not later as the config's ``cluster.gpu``."""
+
+
+def _check_references(merged: Mapping[str, Mapping[str, Any]],
+                      origin: Mapping[tuple[str, str], str]) -> None:
+    def where(section: str, name: str) -> str:
+        return f"{Path(origin[(section, name)]).name}: {section}.{name}"
+
     for name in merged["prices"]:
         if name not in merged["nodes"]:
-            raise SpecError(f"{Path(origin[('prices', name)]).name}: prices.{name}",
+            raise SpecError(where("prices", name),
                             f"prices no known node{did_you_mean(name, merged['nodes'])}")
-    return Catalog(origin=origin, **merged)
+    for section, key, target in REFERENCES:
+        for name, spec in merged[section].items():
+            value = getattr(spec, key)
+            if value and value not in merged[target]:
+                raise SpecError(f"{where(section, name)}.{key}",
+                                f"unknown {target[:-1].replace('_', ' ')} {value!r}"
+                                f"{did_you_mean(value, merged[target])}")
 
 
 def load_catalog(extra: Iterable[str | Path] = ()) -> Catalog:

@@ -166,3 +166,24 @@ def test_a_runs_table_that_is_wrong_as_a_whole_is_one_line(tmp_path, edit, expec
     """Said once for the table, before any run is simulated, not as a note under every row."""
     line = _one_error_line(*_run(["validate", "--runs", _dev_runs(tmp_path, edit)]))
     assert line.startswith("error: --runs: ") and expected in line, line
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("device", "h999", "nodes.my-node.device: unknown device 'h999'"),
+    ("host_memory", "ddr9", "nodes.my-node.host_memory: unknown memory tier 'ddr9'"),
+    ("local_storage", "dgx-h100-nvmee", "nodes.my-node.local_storage: unknown memory tier "
+                                        "'dgx-h100-nvmee'; did you mean dgx-h100-nvme"),
+])
+@pytest.mark.parametrize("command", [["hardware", "list"], ["simulate", EXAMPLE]],
+                         ids=["hardware", "simulate"])
+def test_a_catalog_entry_naming_an_unknown_entry_is_an_error_at_that_entry(
+        tmp_path, command, key, value, expected):
+    """Was: accepted by ``hardware list``, then ``cluster.gpu: unknown device`` (a field the
+    config never set) once a config used the node."""
+    import yaml
+    node = yaml.safe_load((REPO / "hardware_specs/catalog/nodes_cloud.yaml").read_text())[
+        "nodes"]["aws-p5-48xlarge"]
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump({"nodes": {"my-node": {**node,
+                                                                              key: value}}}))
+    line = _one_error_line(*_run([*command, "--catalog", str(tmp_path)]))
+    assert line.startswith(f"error: mine.yaml: {expected}"), line
