@@ -143,6 +143,10 @@ def cluster_catalog(cluster_f: Fields, base_dir: Path | None,
 
 def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
                         catalog_dirs: Iterable[str | Path] = ()) -> RunConfig:
+    if isinstance(data, Mapping) and "jobs" in data:
+        raise SpecError("jobs", "a config of several jobs sharing one cluster is read by "
+                        "`clustersim simulate` and `clustersim compare` only; give this command "
+                        "one job's config (model, training, strategy, cluster)")
     top = Fields(data, "").only(("model", "training", "strategy", "cluster") + OPTIONAL_SECTIONS)
     cluster_f = top.sub("cluster", required=True)
     catalog = cluster_catalog(cluster_f, base_dir, catalog_dirs)
@@ -157,11 +161,11 @@ def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
     cluster = with_offload_tiers(cluster, catalog, job)
     sections = {k: top.raw(k) for k in OPTIONAL_SECTIONS if top.has(k)}
     top.done()
-    return RunConfig(job=job, cluster=cluster, catalog=catalog, name=_name(top),
+    return RunConfig(job=job, cluster=cluster, catalog=catalog, name=name_of(top),
                      sections=sections)
 
 
-def _name(top: Fields) -> str:
+def name_of(top: Fields) -> str:
     """The config's ``name`` (and ``description``): text, or a number written as one."""
     for key in ("description", "name"):
         value = top.raw(key, "")
@@ -183,7 +187,7 @@ def load_cnn_config(path: str | Path, catalog_dirs: Iterable[str | Path] = ()) -
     path = config_path(path)
     data = read_yaml(path)
     top = Fields(data, "").only(("model", "training", "strategy", "cluster") + OPTIONAL_SECTIONS)
-    name = _name(top)
+    name = name_of(top)
     job = cnn_job_from_mapping(data)
     catalog = load_catalog(list(catalog_dirs))
     cluster = parse_cluster(top.sub("cluster", required=True), catalog, job.grid.size)

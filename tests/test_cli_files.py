@@ -187,3 +187,33 @@ def test_a_catalog_entry_naming_an_unknown_entry_is_an_error_at_that_entry(
                                                                               key: value}}}))
     line = _one_error_line(*_run([*command, "--catalog", str(tmp_path)]))
     assert line.startswith(f"error: mine.yaml: {expected}"), line
+
+
+SHARED = ("cluster: {gpu: a100-80gb, num_gpus: 16}\njobs:\n"
+          "  - {name: a, gpus: 8, model: llama3-8b, strategy: {dp: 8},\n"
+          "     training: {seq_len: 2048, global_batch: 8}}\n"
+          "  - {name: b, gpus: 8, model: llama3-8b, strategy: {dp: 8},\n"
+          "     training: {seq_len: 2048, global_batch: 8}}\n")
+
+
+@pytest.mark.parametrize("command", [
+    ["sweep", "{f}", "--out", "{tmp}/run"], ["plan", "{f}"], ["failures", "{f}"],
+    ["trace", "export", "{f}", "--out", "{tmp}/chakra"],
+], ids=lambda c: c[0])
+def test_a_config_of_several_jobs_given_to_a_one_job_command_says_so(tmp_path, command):
+    """Was: ``jobs: unknown field``, as if the user had misspelt a section."""
+    path = tmp_path / "shared.yaml"
+    path.write_text(SHARED)
+    line = _one_error_line(*_run(_argv(command, path, tmp_path)))
+    assert line.startswith("error: jobs: a config of several jobs sharing one cluster is read "
+                           "by `clustersim simulate` and `clustersim compare` only"), line
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    ("name: b,", "name: [b],", "error: jobs[1].name: expected text, got ['b']"),
+    ("cluster:", "name: {a: 1}\ncluster:", "error: name: expected text, got {'a': 1}"),
+])
+def test_the_names_of_a_shared_config_must_be_text(tmp_path, old, new, expected):
+    path = tmp_path / "shared.yaml"
+    path.write_text(SHARED.replace(old, new, 1))
+    assert _one_error_line(*_run(["simulate", str(path)])).startswith(expected)

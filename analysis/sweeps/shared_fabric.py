@@ -27,7 +27,7 @@ from clustersim.simulator.shared_fabric import FabricJob, SharedFabricResult, si
 from clustersim.workloads.builder import build_trace
 
 from clustersim.analysis.config import (
-    RunConfig, cluster_catalog, config_from_mapping, config_path, parse_cluster, read_yaml,
+    RunConfig, cluster_catalog, config_from_mapping, config_path, name_of, parse_cluster, read_yaml,
 )
 from clustersim.analysis.limits import LAYER_PASS_BUDGET, check_budget, layer_passes
 from clustersim.analysis.step import simulation_options
@@ -70,7 +70,7 @@ def shared_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
     allocations = allocate(sizes, fabric.devices_per_node, fabric.num_devices, placement)
     jobs, names = [], set()
     for i, (item, alloc) in enumerate(zip(items, allocations)):
-        job_name = str(item.get("name") or f"job{i}")
+        job_name = name_of(Fields(item, f"jobs[{i}]")) or f"job{i}"
         if job_name in names:
             raise SpecError(f"jobs[{i}].name", f"{job_name!r} names two jobs")
         names.add(job_name)
@@ -86,7 +86,7 @@ def shared_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
                               name=job_name, sections={}))
     simulation = top.raw("simulation", {})
     top.text("description", "")
-    title = str(top.raw("name", "") or name)
+    title = name_of(top) or name
     top.done()
     return SharedConfig(name=title, fabric=fabric, placement=placement, jobs=tuple(jobs),
                         devices=tuple(a.devices for a in allocations), simulation=simulation)
