@@ -192,3 +192,26 @@ def test_bad_llama4_layer_patterns_are_errors_naming_the_key(tmp_path, change, e
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(SpecError, match=expected):
         from_hf_config(tmp_path / "config.json")
+
+
+@pytest.mark.parametrize("key, value", [
+    ("tie_word_embeddings", "false"), ("attention_bias", "no"), ("mlp_bias", 1),
+])
+def test_a_switch_of_a_hf_config_that_is_not_true_or_false_names_the_key(tmp_path, key, value):
+    """Was: read as Python truth, so ``"tie_word_embeddings": "false"`` tied the embeddings."""
+    import json
+    from tests.conftest import REPO
+    cfg = json.loads((REPO / "workloads" / "hf_configs" / "qwen3-30b-a3b.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, key: value}))
+    (tmp_path / "c.yaml").write_text(
+        f"model: {tmp_path / 'config.json'}\ntraining: {{seq_len: 2048, global_batch: 16}}\n"
+        "strategy: {dp: 8}\ncluster: {gpu: h100-sxm, num_gpus: 8}\n")
+    import contextlib
+    import io
+
+    from clustersim.analysis.cli.main import main
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert main(["simulate", str(tmp_path / "c.yaml")]) == 2
+    assert err.getvalue() == (f"error: model (config.json: {key}): expected true or false, "
+                              f"got {value!r}\n")

@@ -134,6 +134,15 @@ class _HfConfig:
         value = self.text.get(key)
         return default if value is None else value
 
+    def flag(self, key: str, default: bool) -> bool:
+        """A JSON true/false: ``"false"`` is text, and ``bool("false")`` would read it as true."""
+        value = self.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise SpecError(self.where(key), f"expected true or false, got {value!r:.40}")
+        return value
+
     def whole(self, key: str, default: object = None) -> int | None:
         value = self.get(key)
         if value is None:
@@ -169,10 +178,9 @@ class _HfConfig:
                 raise SpecError(self.where("expansion_ratio"),
                                 f"expected a positive number, got {ratio!r:.40}")
             values["ffn_hidden"] = int(ratio * values["hidden"])
-        no_bias = self.get("no_bias")
-        bias = (not no_bias if no_bias is not None
-                else bool(self.get("attention_bias", not gated and mt != "mpt")))
-        if self.get("mlp_bias"):
+        bias = (not self.flag("no_bias", False) if self.get("no_bias") is not None
+                else self.flag("attention_bias", not gated and mt != "mpt"))
+        if self.flag("mlp_bias", False):
             raise SpecError(self.where("mlp_bias"), "MLP biases without attention biases are "
                             "not modelled (bias covers every linear layer)")
         rms = ("rms" in str(self.get("norm_type", "")).lower() or gated
@@ -186,11 +194,14 @@ class _HfConfig:
         tied = self.cfg.get("tie_word_embeddings", self.text.get("tie_word_embeddings",
                                                                   mt in {"gpt2", "bloom", "mpt"}))
         self.used.add("tie_word_embeddings")
+        if not isinstance(tied, bool):
+            raise SpecError(f"model ({self.path.name}: tie_word_embeddings)",
+                            f"expected true or false, got {tied!r:.40}")
         mapping = {
             "name": (self.name or self.cfg.get("_name_or_path") or self.path.parent.name
                      or "hf-model"),
             "mlp": Mlp.SWIGLU.value if gated else Mlp.GELU.value,
-            "tied_embeddings": bool(tied),
+            "tied_embeddings": tied,
             "bias": bias,
             "norm": (Norm.RMSNORM if rms else Norm.LAYERNORM).value,
             "position": position.value,
