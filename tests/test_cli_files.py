@@ -217,3 +217,32 @@ def test_the_names_of_a_shared_config_must_be_text(tmp_path, old, new, expected)
     path = tmp_path / "shared.yaml"
     path.write_text(SHARED.replace(old, new, 1))
     assert _one_error_line(*_run(["simulate", str(path)])).startswith(expected)
+
+
+@pytest.mark.parametrize("command, flag", [
+    (["simulate", EXAMPLE, "--json"], "--json"), (["simulate", EXAMPLE, "--trace"], "--trace"),
+    (["plan", EXAMPLE, "--json"], "--json"),
+    (["failures", EXAMPLE, "--events-csv"], "--events-csv"),
+    (["validate", "--runs", str(REPO / "analysis/data/published_runs_dev.csv"), "--json"],
+     "--json"),
+    (["collective", "--gpu", "h100-sxm", "--gpus", "8", "--json"], "--json"),
+    (["trace", "import", EXAMPLE, "--out"], "--out"),
+], ids=lambda c: c if isinstance(c, str) else c[0])
+@pytest.mark.parametrize("where, expected", [
+    ("nosuch/out.json", "its folder {tmp}/nosuch does not exist"),
+    ("file.txt/out.json", "its folder {tmp}/file.txt is not a folder"),
+    (".", "expected a file to write, got the folder {tmp}/."),
+])
+def test_an_output_file_that_cannot_be_written_is_refused_before_any_work(
+        tmp_path, command, flag, where, expected):
+    """Was: the whole computation (minutes for failures or validate), then the error, the
+    JSON or CSV lost."""
+    (tmp_path / "file.txt").write_text("")
+    err = io.StringIO()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with pytest.raises(SystemExit) as exit_:
+            main([*command, f"{tmp_path}/{where}"])
+    assert exit_.value.code == 2 and out.getvalue() == ""
+    assert f"error: argument {flag}: " in err.getvalue()
+    assert expected.format(tmp=tmp_path) in err.getvalue(), err.getvalue()

@@ -19,7 +19,8 @@ from pathlib import Path
 from clustersim.hardware_specs import SpecError, load_catalog
 
 from clustersim.analysis.cli.common import (
-    add_catalog_option, add_command, non_negative_int, output_path, positive_int, write_json,
+    add_catalog_option, add_command, non_negative_int,
+    output_file, output_path, positive_int, write_json,
 )
 
 MICROBENCH_FILE = "microbench.json"
@@ -117,7 +118,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     va = cmds.add_parser("validate", help="real training vs prediction for several strategies")
     va.add_argument("--profile", required=True, metavar="FILE.yaml",
                     help="profile that `calibrate fit` wrote")
-    va.add_argument("--json", type=output_path, metavar="OUT", help="write the rows as JSON")
+    va.add_argument("--json", type=output_file, metavar="OUT", help="write the rows as JSON")
     va.add_argument("--report", metavar="OUT.md", help="write a Markdown report with a plot")
     _add_validate_options(va)
     _add_measure_options(va)

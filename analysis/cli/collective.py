@@ -17,7 +17,7 @@ from clustersim.hardware_specs.units import Quantity, parse
 from clustersim.simulator.cost.collectives import Algorithm
 
 from clustersim.analysis.accuracy import ERROR_MEANING, time_error
-from clustersim.analysis.cli.common import add_catalog_option, add_command, output_path, write_json
+from clustersim.analysis.cli.common import add_catalog_option, add_command, output_file, write_json
 from clustersim.analysis.tables import render
 from clustersim.analysis.limits import COLLECTIVE_ROW_BUDGET, check_budget
 from clustersim.analysis.validation.collectives import (
@@ -51,7 +51,7 @@ def register(sub) -> None:
     p.add_argument("--against", metavar="LOG",
                    help="an nccl-tests output file: predict its sizes and print measured, "
                         "predicted and the error per size")
-    p.add_argument("--json", type=output_path, metavar="OUT", help="write the rows as JSON")
+    p.add_argument("--json", type=output_file, metavar="OUT", help="write the rows as JSON")
     p.add_argument("--no-limit", action="store_true",
                    help="run even when GPUs x sizes is over the work budget")
     add_catalog_option(p)

@@ -48,6 +48,20 @@ def output_path(text: str) -> str:
     return text
 
 
+def output_file(text: str) -> str:
+    """argparse type for a file the command writes once it has computed it: checked before the
+    computation (a failures study or a replayed table can run for minutes), since the command
+    does not create the file's folder."""
+    path = Path(output_path(text))
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"expected a file to write, got the folder {text}")
+    folder = path.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise argparse.ArgumentTypeError(f"cannot write {text}: its folder {folder} {what}")
+    return text
+
+
 def add_catalog_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--catalog", action="append", default=[], metavar="DIR",
                    help="extra hardware catalog directory or YAML file (repeatable)")

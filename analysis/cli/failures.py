@@ -7,7 +7,8 @@ import argparse
 from dataclasses import replace
 
 from clustersim.analysis.cli.common import (
-    add_catalog_option, add_command, load_checked_config, output_path, positive_int, write_json,
+    add_catalog_option, add_command, load_checked_config,
+    output_file, output_path, positive_int, write_json,
 )
 
 SWEEP_SEEDS = 40
@@ -31,8 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sweep-interval", action="store_true",
                    help="find the best checkpoint interval of every checkpoint policy "
                         f"(min(seeds, {SWEEP_SEEDS}) seeds per point)")
-    p.add_argument("--json", type=output_path, metavar="OUT", help="write the summary as JSON")
-    p.add_argument("--events-csv", type=output_path, metavar="OUT",
+    p.add_argument("--json", type=output_file, metavar="OUT", help="write the summary as JSON")
+    p.add_argument("--events-csv", type=output_file, metavar="OUT",
                    help="write every run's events as CSV")
     p.add_argument("--plots", type=output_path, metavar="DIR", help="write PNG plots into DIR")
     add_catalog_option(p)

@@ -7,7 +7,7 @@ import argparse
 import itertools
 
 from clustersim.analysis.cli.common import (
-    add_catalog_option, add_command, load_checked_config, output_path, write_json,
+    add_catalog_option, add_command, load_checked_config, output_file, write_json,
 )
 
 
@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
          "batch per replica (and layers per stage) for 64 A100 + 64 H100; three step times"),
     ])
     p.add_argument("config", help="run config YAML with cluster.groups, or a bundled example")
-    p.add_argument("--json", type=output_path, metavar="OUT", help="write the plan as JSON")
+    p.add_argument("--json", type=output_file, metavar="OUT", help="write the plan as JSON")
     p.add_argument("--no-limit", action="store_true",
                    help="run even steps over the work budget (about a minute of engine time)")
     add_catalog_option(p)

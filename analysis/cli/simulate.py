@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from clustersim.analysis.cli.common import (
-    add_catalog_option, add_command, load_checked_config, output_path, write_json,
+    add_catalog_option, add_command, load_checked_config, output_file, write_json,
 )
 
 DEFAULT_EXAMPLE = "llama3_70b_h100"
@@ -25,8 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     ])
     p.add_argument("config", nargs="?", help="run config YAML, or a bundled example's name "
                         f"(default: {DEFAULT_EXAMPLE})")
-    p.add_argument("--json", type=output_path, metavar="OUT", help="write the result as JSON")
-    p.add_argument("--trace", type=output_path, metavar="OUT",
+    p.add_argument("--json", type=output_file, metavar="OUT", help="write the result as JSON")
+    p.add_argument("--trace", type=output_file, metavar="OUT",
                    help="write a Chrome/Perfetto trace JSON")
     p.add_argument("--allow-oom", action="store_true",
                    help=f"exit 0 even when the config does not fit in GPU memory (default: exit "

@@ -18,7 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from clustersim.analysis.cli.common import (
-    add_catalog_option, add_command, load_checked_config, non_negative_int, output_path,
+    add_catalog_option, add_command, load_checked_config,
+    non_negative_int, output_file, output_path,
     positive_int, write_json,
 )
 
@@ -37,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     cmds = p.add_subparsers(dest="trace_command", required=True, metavar="STEP")
     im = cmds.add_parser("import", help="Kineto or Chakra JSON -> our trace JSON")
     im.add_argument("files", nargs="+", metavar="FILE", help="one file per rank, or a folder")
-    im.add_argument("--out", type=output_path, required=True, metavar="TRACE.json",
+    im.add_argument("--out", type=output_file, required=True, metavar="TRACE.json",
                     help="the trace to write (a config runs it as workload: {trace: ...})")
     im.add_argument("--world-size", type=positive_int, metavar="N",
                     help="one rank's file stands for a symmetric job of N ranks")

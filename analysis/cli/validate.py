@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from clustersim.analysis.cli.common import (
-    add_catalog_option, add_command, add_progress_option, output_path, write_json,
+    add_catalog_option, add_command, add_progress_option, output_file, write_json,
 )
 from clustersim.analysis.validation.published import render_outcomes, summarize, validate_rows
 
@@ -18,7 +18,7 @@ def register(sub) -> None:
          "error of each, prediction over measurement"),
     ])
     p.add_argument("--runs", required=True, metavar="FILE.csv", help="published-runs table")
-    p.add_argument("--json", type=output_path, metavar="OUT", help="write rows and summary as JSON")
+    p.add_argument("--json", type=output_file, metavar="OUT", help="write rows and summary as JSON")
     add_progress_option(p)
     add_catalog_option(p)
     p.set_defaults(func=run)
