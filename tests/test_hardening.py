@@ -215,3 +215,15 @@ def test_a_switch_of_a_hf_config_that_is_not_true_or_false_names_the_key(tmp_pat
         assert main(["simulate", str(tmp_path / "c.yaml")]) == 2
     assert err.getvalue() == (f"error: model (config.json: {key}): expected true or false, "
                               f"got {value!r}\n")
+
+
+def test_a_step_without_steady_state_is_its_own_shortest_probe():
+    """A sweep point whose full step has no steady state (PP2, two micro-batches: each stage's
+    warm-up runs every forward) used to end ``clustersim sweep`` in a TypeError; the fuzz tier
+    found it."""
+    from clustersim.analysis.sweeps.steady_state import _warmups, first_count
+    from clustersim.workloads import Strategy
+    from tests.conftest import tiny_job
+    job = tiny_job(Strategy(pp=2), global_batch=2)
+    assert _warmups(job, job.micro_batches) is None
+    assert first_count(job, 1) == job.micro_batches == 2

@@ -170,6 +170,8 @@ def first_count(job: Job, period: int, steady: int = STEADY_PERIODS) -> int:
     warm-up (``job.micro_batches`` when none has)."""
     s, micro = job.strategy, job.micro_batches
     shape = _warmups(job, micro)
+    if shape is None:
+        return micro
     first = micro % period or period
     while first < micro and (_warmups(job, first) != shape or
                              first * s.virtual_stages - max(shape)
