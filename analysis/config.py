@@ -12,7 +12,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from clustersim.hardware_specs import Catalog, ClusterSpec, Placement, SpecError, load_catalog
+from clustersim.hardware_specs import (
+    Catalog, ClusterSpec, Dtype, Placement, SpecError, load_catalog,
+)
 from clustersim.hardware_specs.fabric import MAX_OVERSUBSCRIPTION
 from clustersim.hardware_specs.errors import shown
 from clustersim.hardware_specs.fields import Fields
@@ -22,7 +24,7 @@ from clustersim.workloads import Job
 from clustersim.workloads.cnn.job import CnnJob, cnn_job_from_mapping, is_cnn_model
 from clustersim.workloads.model_sources import resolve
 from clustersim.workloads.strategy import strategy_from_mapping
-from clustersim.workloads.training import training_from_mapping
+from clustersim.workloads.training import Fp8Recipe, Precision, training_from_mapping
 from clustersim.workloads.offload_tiers import offload_tier, with_offload_tiers  # noqa: F401
 
 OPTIONAL_SECTIONS = ("failures", "faults", "costs", "simulation", "sweep", "name", "description")
@@ -158,11 +160,24 @@ def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
     strategy = strategy_from_mapping(top.raw("strategy", {}))
     cluster = parse_cluster(cluster_f, catalog, strategy.tp * strategy.cp * strategy.ep)
     job = Job(model, training, strategy).checked(cluster.num_devices)
+    check_fp8_recipe(job, cluster)
     cluster = with_offload_tiers(cluster, catalog, job)
     sections = {k: top.raw(k) for k in OPTIONAL_SECTIONS if top.has(k)}
     top.done()
     return RunConfig(job=job, cluster=cluster, catalog=catalog, name=name_of(top),
                      sections=sections)
+
+
+def check_fp8_recipe(job: Job, cluster: ClusterSpec, path: str = "training.fp8_recipe") -> None:
+    """MXFP8 runs on tensor cores that read block scales, which Blackwell has (an ``mxfp8`` rate
+    in its catalog entry) and Hopper has not: Transformer Engine's ``check_mxfp8_support``
+    requires compute capability 10.0. Without this check an H100 would run it at its FP8 rate."""
+    device = cluster.device
+    if (job.training.precision is Precision.FP8 and job.training.fp8_recipe is Fp8Recipe.MXFP8
+            and Dtype.MXFP8 not in device.peak_flops):
+        have = ", ".join(d.value for d in device.peak_flops)
+        raise SpecError(path, f"mxfp8 needs block-scaled FP8 tensor cores; {device.name} has no "
+                              f"mxfp8 rate (it has {have}): use delayed or tensorwise")
 
 
 def name_of(top: Fields) -> str:

@@ -246,3 +246,19 @@ def test_an_output_file_that_cannot_be_written_is_refused_before_any_work(
     assert exit_.value.code == 2 and out.getvalue() == ""
     assert f"error: argument {flag}: " in err.getvalue()
     assert expected.format(tmp=tmp_path) in err.getvalue(), err.getvalue()
+
+
+def test_mxfp8_on_a_device_without_block_scaled_fp8_is_an_error(tmp_path):
+    """Was: an H100 ran MXFP8 at its FP8 rate (Transformer Engine refuses MXFP8 below compute
+    capability 10.0). Blackwell, which has an mxfp8 rate, reads the same config."""
+    import yaml
+
+    from clustersim.analysis.config import config_from_mapping
+    text = ("model: llama3-8b\ntraining: {seq_len: 2048, global_batch: 16, precision: fp8, "
+            "fp8_recipe: mxfp8}\nstrategy: {dp: 8, zero: 3}\ncluster: {gpu: GPU, num_gpus: 8}\n")
+    path = tmp_path / "c.yaml"
+    path.write_text(text.replace("GPU", "h100-sxm"))
+    line = _one_error_line(*_run(["plan", str(path)]))
+    assert line.startswith("error: training.fp8_recipe: mxfp8 needs block-scaled FP8 tensor "
+                           "cores; h100-sxm has no mxfp8 rate"), line
+    config_from_mapping(yaml.safe_load(text.replace("GPU", "b200")))

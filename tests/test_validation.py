@@ -204,6 +204,15 @@ def test_a_required_column_missing_from_the_header_names_it(catalog, tmp_path, c
         validate_rows(_table(tmp_path, header, [cells]), catalog)
 
 
+def test_mxfp8_on_a_device_without_block_scaled_fp8_is_reported_under_its_column(catalog):
+    from clustersim.hardware_specs import SpecError
+    from clustersim.analysis.validation.published import row_config
+    row = dict(next(csv.DictReader(open(RUNS))), precision="fp8", fp8_recipe="mxfp8")
+    with pytest.raises(SpecError, match="^fp8_recipe: mxfp8 needs block-scaled FP8 tensor cores; "
+                                        "a100-80gb has no mxfp8 rate"):
+        row_config(row, catalog)
+
+
 def test_two_runs_of_one_id_are_refused(catalog, tmp_path):
     from clustersim.hardware_specs import SpecError
     header, cells = _dev_row_without("")

@@ -44,7 +44,7 @@ from clustersim.workloads.strategy import strategy_from_mapping
 from clustersim.workloads.training import training_from_mapping
 
 from clustersim.analysis.accuracy import ERROR_MEANING, time_error
-from clustersim.analysis.config import RunConfig
+from clustersim.analysis.config import RunConfig, check_fp8_recipe
 from clustersim.analysis.progress import progress as show_progress
 from clustersim.analysis.step import run_step, DEFAULT_OPTIONS
 from clustersim.analysis.tables import render
@@ -267,6 +267,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
                               devices_per_node=_int(row, "gpus_per_node") if per_node else None,
                               keep_together=strategy.tp * strategy.cp * strategy.ep)
     job = Job(model, training, strategy).checked(gpus)
+    check_fp8_recipe(job, cluster, "fp8_recipe")
     return RunConfig(job=job, cluster=cluster, catalog=catalog, name=_cell(row, "id"))
 
 
