@@ -227,7 +227,8 @@ def test_the_names_of_a_shared_config_must_be_text(tmp_path, old, new, expected)
      "--json"),
     (["collective", "--gpu", "h100-sxm", "--gpus", "8", "--json"], "--json"),
     (["trace", "import", EXAMPLE, "--out"], "--out"),
-], ids=lambda c: c if isinstance(c, str) else c[0])
+    (["calibrate", "validate", "--profile", EXAMPLE, "--report"], "--report"),
+], ids=lambda c: c if isinstance(c, str) else " ".join(c[:2]))
 @pytest.mark.parametrize("where, expected", [
     ("nosuch/out.json", "its folder {tmp}/nosuch does not exist"),
     ("file.txt/out.json", "its folder {tmp}/file.txt is not a folder"),

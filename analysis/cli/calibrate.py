@@ -119,7 +119,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     va.add_argument("--profile", required=True, metavar="FILE.yaml",
                     help="profile that `calibrate fit` wrote")
     va.add_argument("--json", type=output_file, metavar="OUT", help="write the rows as JSON")
-    va.add_argument("--report", metavar="OUT.md", help="write a Markdown report with a plot")
+    va.add_argument("--report", type=output_file, metavar="OUT.md",
+                    help="write a Markdown report with a plot")
     _add_validate_options(va)
     _add_measure_options(va)
     add_catalog_option(va)
