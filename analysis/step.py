@@ -202,7 +202,7 @@ def step_faults(config: RunConfig) -> StepFaults | None:
     values: dict[str, dict[int, float]] = {}
     described = []
     for i, entry in enumerate(raw):
-        f = Fields(entry, f"faults[{i}]")
+        f = Fields(entry, f"faults[{i}]").only(("rank", *_FRACTIONS, *_TIMES))
         rank = f.integer("rank", minimum=0, maximum=world - 1)
         given = [k for k in (*_FRACTIONS, *_TIMES) if f.has(k)]
         if not given:

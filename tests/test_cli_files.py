@@ -120,6 +120,7 @@ def test_a_config_name_must_be_text(tmp_path, value):
 ], ids=lambda c: c[0])
 @pytest.mark.parametrize("section, expected", [
     ("faults: x", "error: faults: expected a list of faults"),
+    ("faults: [{kind: nic}]", "error: faults[0].kind: unknown field (expected one of: "),
     ("costs: {gpu_hours: 2}", "error: costs.gpu_hours: unknown field"),
     ("sweep: {tp: [0]}", "error: sweep.tp[0]: expected an integer >= 1, got 0"),
     ("failures: {day: 3}", "error: failures.day: unknown field"),

@@ -90,7 +90,7 @@ def test_no_faults_section_means_none():
     ([{"rank": 1, "gpu_clock": 1.5}], "faults[0].gpu_clock", "<= 1"),
     ([{"rank": 1, "gpu_clock": 0}], "faults[0].gpu_clock", ">= 0.001"),
     ([{"rank": 1}], "faults[0].rank", "needs one of"),
-    ([{"rank": 1, "gpu_clok": 0.7}], "faults[0].rank", "needs one of"),
+    ([{"rank": 1, "gpu_clok": 0.7}], "faults[0].gpu_clok", "unknown field; did you mean gpu_clock?"),
     ([{"rank": 1, "gpu_clock": 0.7, "gpu_clok": 1}], "faults[0].gpu_clok", "unknown field"),
     ([{"rank": 1, "launch_overhead": "fast"}], "faults[0].launch_overhead", ""),
     ([{"rank": 1, "gpu_clock": 0.7}, {"rank": 1, "gpu_clock": 0.5}], "faults[1].gpu_clock",
