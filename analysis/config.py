@@ -171,10 +171,14 @@ def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
 def check_fp8_recipe(job: Job, cluster: ClusterSpec, path: str = "training.fp8_recipe") -> None:
     """MXFP8 runs on tensor cores that read block scales, which Blackwell has (an ``mxfp8`` rate
     in its catalog entry) and Hopper has not: Transformer Engine's ``check_mxfp8_support``
-    requires compute capability 10.0. Without this check an H100 would run it at its FP8 rate."""
-    device = cluster.device
-    if (job.training.precision is Precision.FP8 and job.training.fp8_recipe is Fp8Recipe.MXFP8
-            and Dtype.MXFP8 not in device.peak_flops):
+    requires compute capability 10.0. Without this check an H100 would run it at its FP8 rate.
+    Every group of a mixed cluster is checked."""
+    training = job.training
+    if training.precision is not Precision.FP8 or training.fp8_recipe is not Fp8Recipe.MXFP8:
+        return
+    for device in (g.device for g in cluster.device_groups):
+        if Dtype.MXFP8 in device.peak_flops:
+            continue
         have = ", ".join(d.value for d in device.peak_flops)
         raise SpecError(path, f"mxfp8 needs block-scaled FP8 tensor cores; {device.name} has no "
                               f"mxfp8 rate (it has {have}): use delayed or tensorwise")

@@ -264,3 +264,9 @@ def test_mxfp8_on_a_device_without_block_scaled_fp8_is_an_error(tmp_path):
     assert line.startswith("error: training.fp8_recipe: mxfp8 needs block-scaled FP8 tensor "
                            "cores; h100-sxm has no mxfp8 rate"), line
     config_from_mapping(yaml.safe_load(text.replace("GPU", "b200")))
+    mixed = text.replace("{gpu: GPU, num_gpus: 8}", "{groups: [{gpu: b200, num_gpus: 8}, "
+                                                     "{gpu: h100-sxm, num_gpus: 8}]}")
+    path.write_text(mixed.replace("dp: 8", "dp: 16"))
+    line = _one_error_line(*_run(["plan", str(path)]))
+    assert line.startswith("error: training.fp8_recipe: mxfp8 needs block-scaled FP8 tensor "
+                           "cores; h100-sxm has no mxfp8 rate"), line
