@@ -171,8 +171,10 @@ def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
 def check_fp8_recipe(job: Job, cluster: ClusterSpec, path: str = "training.fp8_recipe") -> None:
     """MXFP8 runs on tensor cores that read block scales, which Blackwell has (an ``mxfp8`` rate
     in its catalog entry) and Hopper has not: Transformer Engine's ``check_mxfp8_support``
-    requires compute capability 10.0. Without this check an H100 would run it at its FP8 rate.
-    Every group of a mixed cluster is checked."""
+    (``transformer_engine/pytorch/fp8.py``, TE 2.x; ``quantization.py`` in later releases) returns
+    "Device compute capability 10.0 or higher required for MXFP8 execution" below sm100 (ROCm TE:
+    gfx950 or higher). Without this check an H100 would run it at its FP8 rate. Every group of a
+    mixed cluster is checked."""
     training = job.training
     if training.precision is not Precision.FP8 or training.fp8_recipe is not Fp8Recipe.MXFP8:
         return
