@@ -117,6 +117,9 @@ def _config(tmp_path, name, **change):
     ("deepseek-v3", {"moe_layer_freq": 2}, "moe_layer_freq): only 1"),
     ("gpt-oss-20b", {"layer_types": ["full_attention"] * 23 + ["sliding_attention"]},
      "layer_types): global layers are not every n-th layer"),
+    # A misspelt activation would make a gated MLP ungated (a third fewer MLP weights).
+    ("qwen3-30b-a3b", {"hidden_act": "silux"}, "hidden_act): expected one of Hugging Face's"),
+    ("qwen3-30b-a3b", {"hidden_act": 1}, "hidden_act): expected one of"),
 ])
 def test_a_key_that_changes_the_model_is_an_error_naming_it(tmp_path, name, change, message):
     path = _config(tmp_path, name, **change)

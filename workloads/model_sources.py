@@ -156,6 +156,16 @@ class _HfConfig:
         self.used.update(keys)
         return None
 
+    def activation(self) -> str:
+        """The MLP's activation, one Hugging Face knows: its name decides only whether the MLP
+        is gated, so a misspelt one would silently give a different model."""
+        key = "hidden_act" if self.get("hidden_act") is not None else "activation_function"
+        value = self.get(key, "gelu")
+        if not isinstance(value, str) or value.lower() not in _KNOWN_ACTIVATIONS:
+            raise SpecError(self.where(key), f"expected one of Hugging Face's activations "
+                            f"({', '.join(sorted(_KNOWN_ACTIVATIONS))}), got {value!r:.40}")
+        return value.lower()
+
     # --- the model --------------------------------------------------------------------------
     def model(self) -> TransformerSpec:
         values = {ours: v for ours, keys in _KEYS.items()
@@ -165,8 +175,7 @@ class _HfConfig:
             raise SpecError("model", f"{self.path} lacks {', '.join(missing)} "
                             f"(looked for {', '.join(_KEYS[missing[0]])})")
         mt = self.model_type
-        activation = str(self.get("hidden_act") or self.get("activation_function")
-                         or "gelu").lower()
+        activation = self.activation()
         gated = activation in _GATED_ACTIVATIONS or mt in _GATED_FAMILIES
         attn_config = self.get("attn_config") or {}
         if not isinstance(attn_config, dict):
@@ -353,6 +362,12 @@ _DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdr
                  "hidden_dropout_prob", "emb_pdrop", "projector_dropout")
 """Dropout rates: any above 0 means the layers keep dropout masks."""
 _GATED_ACTIVATIONS = {"silu", "swish", "swiglu", "geglu"}
+_KNOWN_ACTIVATIONS = _GATED_ACTIVATIONS | {
+    # transformers src/transformers/activations.py, ACT2CLS keys (v4.5x)
+    "gelu", "gelu_10", "gelu_fast", "gelu_new", "gelu_python", "gelu_pytorch_tanh",
+    "gelu_python_tanh", "gelu_accurate", "laplace", "leaky_relu", "linear", "mish",
+    "quick_gelu", "relu", "relu2", "relu6", "sigmoid", "tanh", "prelu", "xielu", "hardswish",
+    "sqrtsoftplus"}
 _GATED_FAMILIES = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2",
                    "deepseek_v3", "gpt_oss", "llama4"}
 _LEARNED_POSITIONS = {"gpt2", "gpt_bigcode", "opt", "gptj"}
