@@ -82,6 +82,11 @@ class Catalog:
         holding groups of ``keep_together`` ranks (TP x CP x EP) inside one domain."""
         dev = self.device(device, f"{path}.gpu")
         node_spec = self.get("nodes", node or dev.default_node, f"{path}.node")
+        if node_spec.device != dev.name:
+            holding = sorted(n.name for n in self.nodes.values() if n.device == dev.name)
+            raise SpecError(f"{path}.node", f"{node_spec.name} holds {node_spec.device}, not "
+                            f"{dev.name}: leave out {path}.gpu (a node names its GPU) or pick "
+                            f"a node that holds {dev.name} ({', '.join(holding) or 'none'})")
         if num_devices < 1:
             raise SpecError(f"{path}.num_gpus", f"expected at least 1, got {num_devices}")
         if devices_per_node is None and num_devices > node_spec.devices_per_node:

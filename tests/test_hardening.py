@@ -227,3 +227,15 @@ def test_a_step_without_steady_state_is_its_own_shortest_probe():
     job = tiny_job(Strategy(pp=2), global_batch=2)
     assert _warmups(job, job.micro_batches) is None
     assert first_count(job, 1) == job.micro_batches == 2
+
+
+def test_a_node_that_holds_another_gpu_is_an_error_naming_the_node(catalog):
+    """A p4d instance holds A100s: asking for H100s in it used to run an H100 over p4d's EFA
+    with A100's memory banner mixed in, a machine nobody can rent."""
+    with pytest.raises(SpecError) as err:
+        catalog.cluster(device="h100-sxm", num_devices=16, node="aws-p4d-24xlarge")
+    assert err.value.field == "cluster.node"
+    assert "aws-p4d-24xlarge holds a100-40gb, not h100-sxm" in str(err.value)
+    assert "aws-p5-48xlarge" in str(err.value)   # a node that does hold it
+    ok = catalog.cluster(device="a100-40gb", num_devices=16, node="aws-p4d-24xlarge")
+    assert ok.node.name == "aws-p4d-24xlarge"
