@@ -8,6 +8,7 @@ import pytest
 from clustersim.analysis.validation.published import row_config
 from clustersim.hardware_specs import SpecError
 from clustersim.workloads.dispatch import Dispatcher
+from clustersim.workloads.routing import RouterBalance
 
 from tests.conftest import REPO
 
@@ -55,3 +56,22 @@ def test_a_bad_capacity_factor_names_the_column(catalog, bad):
     row = dict(_row("mb2509_qwen3_30b_a3b_b200_8gpu_fp8_tokendrop"), capacity_factor=bad)
     with pytest.raises(SpecError, match=r"^capacity_factor: expected a positive number"):
         row_config(row, catalog)
+
+
+def test_natural_routing_rows_run_the_aux_loss_balance_and_forced_rows_uniform(catalog):
+    """The card's natural-routing runs (``moe_router_force_load_balancing=false``, the recipe's
+    auxiliary loss) against its forced-balance twin of the same layout."""
+    natural = row_config(_row("mbcard_qwen3_30b_a3b_h100_16gpu_bf16_natural_routing"), catalog).job
+    forced = row_config(_row("mbcard_qwen3_30b_a3b_h100_16gpu_bf16_hybridep_no_a2a_overlap"),
+                        catalog).job
+    assert natural.training.moe.balance is RouterBalance.AUX_LOSS
+    assert forced.training.moe.balance is RouterBalance.UNIFORM
+    assert natural.strategy == forced.strategy
+    balanced = [r["id"] for r in csv.DictReader(MOE.open()) if r["router_balance"] == "aux_loss"]
+    assert all(i.endswith("natural_routing") for i in balanced) and len(balanced) == 2
+
+
+def test_an_unknown_router_balance_names_the_field(catalog):
+    with pytest.raises(SpecError, match=r"training\.moe\.balance: expected one of"):
+        row_config(dict(_row("mbcard_qwen3_30b_a3b_h100_16gpu_bf16_natural_routing"),
+                        router_balance="natural"), catalog)

@@ -13,7 +13,19 @@ Sources:
 - Skewed popularity (``expert_skew``): expert probabilities log-normal with that coefficient of
   variation, placed on devices in a fixed pseudo-random order (seed 0); 0 is the uniform router
   that auxiliary balancing losses aim at (Switch Transformer, Fedus et al. 2021, sec. 2.2;
-  DeepSeek-V3's auxiliary-loss-free balancing, arXiv 2412.19437 sec. 2.1.2).
+  DeepSeek-V3's auxiliary-loss-free balancing, arXiv 2412.19437 sec. 2.1.2) and that
+  Megatron-Core's ``--moe-router-force-load-balancing`` draws (random router logits).
+- Natural routing under an auxiliary balance loss (``balance: aux_loss``): Wang et al.,
+  "Auxiliary-Loss-Free Load Balancing Strategy for Mixture-of-Experts" (arXiv 2408.15664),
+  Table 2, measured MaxVio_global = (max_i Load_i - mean Load) / mean Load (their Eq. 4) of
+  0.52 on their 3B model (64 routed experts, top-6, 200B tokens) and 0.72 on the 1B one, both
+  trained with the auxiliary loss at coefficient alpha = 0.001 (sec. 4.1), the coefficient of
+  the Qwen3 recipes (``moe_aux_loss_coeff`` 1e-3). The 3B figure, their larger model, sets the
+  log-normal skew whose busiest of 64 experts is 1.52x the mean (:func:`skew_for_maxvio`); the
+  skew then describes the popularity of any number of experts. It is a floor: MaxVio_global
+  counts a whole validation set after training, while a step waits on each micro-batch's
+  busiest device, and early in training routing is further from balance. The skew loads the
+  busiest device's expert GEMMs; the all-to-alls still move the uniform volume.
 - Capacity (GShard, Lepikhin et al. 2020 sec. 2.2; Switch Transformer eq. (4)): an expert keeps
   at most C = ceil(capacity_factor x N / E) tokens and drops the rest; Megatron-Core's
   ``--moe-expert-capacity-factor`` with ``--moe-pad-expert-input-to-capacity`` computes C rows
@@ -29,12 +41,30 @@ Sources:
 
 from __future__ import annotations
 
+import enum
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from clustersim.hardware_specs import SpecError
+
+
+class RouterBalance(enum.Enum):
+    """What balances a router's expert choices."""
+
+    UNIFORM = "uniform"
+    """Every expert equally likely: forced balancing's random logits, or ``expert_skew``."""
+    AUX_LOSS = "aux_loss"
+    """Natural routing of a router trained with an auxiliary balance loss at coefficient 1e-3."""
+
+
+BALANCE_MAXVIO: dict[RouterBalance, tuple[float, int]] = {
+    RouterBalance.AUX_LOSS: (0.52, 64),
+}
+"""Measured MaxVio and the experts it was measured over (arXiv 2408.15664 Table 2, 3B model,
+auxiliary loss alpha = 0.001)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,6 +77,15 @@ class MoeRouting:
     """Every expert computes its full capacity (Megatron's pad-expert-input-to-capacity)."""
     expert_skew: float = 0.0
     """Coefficient of variation of expert popularity; 0: uniform routing."""
+    balance: RouterBalance = RouterBalance.UNIFORM
+    """What balances the router; ``aux_loss`` sets the skew from a measured MaxVio."""
+
+    @property
+    def skew(self) -> float:
+        """The coefficient of variation of expert popularity routing runs with."""
+        if self.balance in BALANCE_MAXVIO:
+            return skew_for_maxvio(*BALANCE_MAXVIO[self.balance])
+        return self.expert_skew
 
     def check(self, path: str = "moe") -> "MoeRouting":
         if self.capacity_factor and self.capacity_factor < 1.0 / 64:
@@ -56,6 +95,9 @@ class MoeRouting:
             raise SpecError(f"{path}.pad_to_capacity", "needs a capacity_factor")
         if not 0.0 <= self.expert_skew <= 10.0:
             raise SpecError(f"{path}.expert_skew", f"expected 0 to 10, got {self.expert_skew}")
+        if self.expert_skew and self.balance is not RouterBalance.UNIFORM:
+            raise SpecError(f"{path}.expert_skew", f"set with balance: {self.balance.value}, "
+                            f"which sets the skew itself")
         return self
 
 
@@ -85,6 +127,28 @@ def expert_probabilities(experts: int, skew: float) -> np.ndarray:
     p = np.exp(sigma * z)
     p = p[np.random.default_rng(0).permutation(experts)]
     return p / p.sum()
+
+
+@functools.lru_cache(maxsize=64)
+def skew_for_maxvio(maxvio: float, experts: int) -> float:
+    """The ``expert_skew`` whose busiest of ``experts`` experts carries ``1 + maxvio`` times the
+    mean load: MaxVio as Wang et al. define it (arXiv 2408.15664 Eq. 4), inverted by bisection
+    (the busiest expert's share grows monotonically with the skew)."""
+    if maxvio <= 0:
+        return 0.0
+    if experts < 2:
+        raise SpecError("experts", f"a MaxVio needs at least 2 experts, got {experts}")
+    def busiest_excess(skew: float) -> float:
+        return float(np.max(expert_probabilities(experts, skew))) * experts - 1.0
+
+    lo, hi = 0.0, 10.0
+    if busiest_excess(hi) < maxvio:
+        raise SpecError("maxvio", f"{maxvio} exceeds what a skew of {hi} gives over "
+                                  f"{experts} experts")
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if busiest_excess(mid) < maxvio else (lo, mid)
+    return 0.5 * (lo + hi)
 
 
 def expected_max_load(assignments: float, shares: np.ndarray) -> float:
@@ -117,7 +181,7 @@ def expert_load(tokens: float, top_k: int, experts: int, ep: int,
     sent = tokens * top_k
     assignments = sent * ep
     balanced = assignments / experts
-    p = expert_probabilities(experts, routing.expert_skew)
+    p = expert_probabilities(experts, routing.skew)
     dropped, capacity = 0.0, 0
     if routing.capacity_factor:
         capacity = math.ceil(routing.capacity_factor * sent / experts)

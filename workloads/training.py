@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from clustersim.hardware_specs import Dtype, SpecError
 from clustersim.hardware_specs.fields import Fields
-from clustersim.workloads.routing import MoeRouting
+from clustersim.workloads.routing import MoeRouting, RouterBalance
 
 
 class Precision(enum.Enum):
@@ -142,7 +142,8 @@ class TrainingSpec:
     with ``reduce_dtype=float32``, its ``mixed_precision_reduce`` default): FP32 reduce-scatter
     inputs, 4 bytes per element on the wire, FP32 unsharded gradient accumulation under PP."""
     moe: MoeRouting = MoeRouting()
-    """How a mixture of experts routes: capacity factor (dropless by default), expert skew."""
+    """How a mixture of experts routes: capacity factor (dropless by default), expert skew or
+    the balance that sets it."""
 
     @property
     def tokens_per_step(self) -> int:
@@ -158,7 +159,8 @@ class TrainingSpec:
                 "fp32_grad_reduce": self.fp32_grad_reduce,
                 "moe": {"capacity_factor": self.moe.capacity_factor,
                         "pad_to_capacity": self.moe.pad_to_capacity,
-                        "expert_skew": self.moe.expert_skew}}
+                        "expert_skew": self.moe.expert_skew,
+                        "balance": self.moe.balance.value}}
 
 
 def training_from_mapping(data: Mapping, path: str = "training") -> TrainingSpec:
@@ -194,6 +196,7 @@ def training_from_mapping(data: Mapping, path: str = "training") -> TrainingSpec
 def _routing(f: Fields) -> MoeRouting:
     routing = MoeRouting(capacity_factor=f.number("capacity_factor", 0.0, minimum=0.0),
                          pad_to_capacity=f.boolean("pad_to_capacity", False),
-                         expert_skew=f.number("expert_skew", 0.0, minimum=0.0))
+                         expert_skew=f.number("expert_skew", 0.0, minimum=0.0),
+                         balance=f.choice("balance", RouterBalance, RouterBalance.UNIFORM))
     f.done()
     return routing.check(f.path)

@@ -18,7 +18,9 @@ account_for_loss_in_pipeline_split (absent: false), recompute_modules (with reco
 (Megatron-Core's ``cpu_offloading_num_layers``; absent: 0), moe_paged_stash_buffer (absent:
 no MoE paged stash; set: its CUDA buffer factor), capacity_factor (absent:
 dropless; set: Megatron-Core's token-drop recipe, ``--moe-expert-capacity-factor`` with
-``--moe-pad-expert-input-to-capacity``, every expert computing its full capacity), and
+``--moe-pad-expert-input-to-capacity``, every expert computing its full capacity),
+router_balance (absent: uniform, what ``--moe-router-force-load-balancing`` draws; ``aux_loss``:
+the recipe's natural routing under its auxiliary balance loss, ``workloads/routing.py``), and
 ``model``: a preset or bundled Hugging Face config (MoE, MLA) that replaces the architecture
 columns. An empty micro_batch means 1. Rows whose config does not fit in memory are reported
 apart; rows that cannot be mapped (unknown GPU, an impossible strategy) are listed with the
@@ -66,7 +68,8 @@ COLUMNS = frozenset((*REQUIRED, *SOFTWARE_COLUMNS, *TRAINING_COLUMNS, *FLAG_COLU
                      "gpus_per_node", "cp", "ep", "etp", "zero", "recompute", "recompute_layers",
                      "recompute_modules", "layers_per_stage", "virtual_stages", "schedule",
                      "precision", "ep_dispatcher", "ep_dispatcher_sms", "cp_algorithm", "cp_a2a",
-                     "capacity_factor", "offload_activation_layers", "moe_paged_stash_buffer"))
+                     "capacity_factor", "offload_activation_layers", "moe_paged_stash_buffer",
+                     "router_balance"))
 """Every column a table may have (the module docstring says what each means); another is a
 typo that would otherwise be ignored."""
 
@@ -215,14 +218,16 @@ def _model(row: dict) -> TransformerSpec:
     })
 
 
-def _token_drop(row: dict) -> dict:
-    """The ``moe`` routing of a ``capacity_factor`` row: Megatron-Bridge's token-drop recipe
-    (``apply_moe_token_drop``) pads every expert's input to its capacity."""
-    if not _cell(row, "capacity_factor"):
-        return {}
-    return {"moe": {"capacity_factor": _positive(row, "capacity_factor",
-                                                     "balanced shares an expert keeps"),
-                    "pad_to_capacity": True}}
+def _moe_routing(row: dict) -> dict:
+    """The ``moe`` routing of a row: its router's balance, and for a ``capacity_factor`` row
+    Megatron-Bridge's token-drop recipe (``apply_moe_token_drop``), which pads every expert's
+    input to its capacity."""
+    moe = {"balance": _cell(row, "router_balance")} if _cell(row, "router_balance") else {}
+    if _cell(row, "capacity_factor"):
+        moe |= {"capacity_factor": _positive(row, "capacity_factor",
+                                             "balanced shares an expert keeps"),
+                "pad_to_capacity": True}
+    return {"moe": moe} if moe else {}
 
 
 def row_config(row: dict, catalog: Catalog) -> RunConfig:
@@ -239,7 +244,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         "precision": _cell(row, "precision", "bf16"),
         "attention": software.get("attention", "flash"),
         **{key: _cell(row, key) for key in TRAINING_COLUMNS if _cell(row, key)},
-        **_token_drop(row),
+        **_moe_routing(row),
     })
     v = _int(row, "virtual_stages", 1)
     strategy = strategy_from_mapping({
