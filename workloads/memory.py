@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields, replace
 
 from clustersim.hardware_specs import Dtype
 from clustersim.workloads.layer_ops import op_saved_matmul_width
+from clustersim.workloads.pipelining_memory import ChunkBytes, Held, peak_held, rank_actions
 from clustersim.workloads.model import Mlp, TransformerSpec
 from clustersim.workloads.shards import ParamKind, Shard, stage_shards, vocab_rows
 from clustersim.workloads.stages import StagePlan, stage_plans
@@ -341,32 +342,37 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
                          / max(1, plan.layers))
         # The layer being recomputed holds its full activations during its backward.
         working = whole
-    activations = inflight_layer_sets(plan, st, micro) * per_layer
     # Activation offload (pp = 1, no recompute): Transformer Engine's default schedule
     # (``cpu_offload.py``, ``OffloadSynchronizer._default_offload_sync_init``) offloads layers
     # 0..n-1, each finished before layer layers - n + i runs its forward and reloaded from
     # layer layers - n - 1 + i's backward on, so the saved activations peak at
     # (layers - n) layers' worth; the host tier holds the n others.
     moved = st.offload_activation_layers * per_layer
-    activations -= moved
+    extras = -moved
     if st.recompute is Recompute.MODULES and RecomputeModule.MOE in st.recompute_modules:
         # The MoE block being recomputed holds its activations during its backward.
         whole_block = replace(st, recompute_modules=tuple(
             x for x in st.recompute_modules if x is not RecomputeModule.MOE))
-        activations += max((layer_activation_bytes(model, training, whole_block, i)
-                            - layer_activation_bytes(model, training, st, i)
-                            for i in plan.layer_ids), default=0.0)
+        extras += max((layer_activation_bytes(model, training, whole_block, i)
+                       - layer_activation_bytes(model, training, st, i)
+                       for i in plan.layer_ids), default=0.0)
+    embed = 0.0
     if plan.has_embedding:
-        extra = (1.0 if model.dropout else 0.0) + (2 * e if model.embedding_norm else 0.0)
-        inflight = micro if st.schedule is Schedule.GPIPE else min(st.pp, micro)
-        activations += inflight * extra * sbh / st.sequence_split
-    if plan.has_head:
-        inflight = micro if st.schedule is Schedule.GPIPE else 1
-        stored, loss = _head_bytes(model, training, st)
-        activations += inflight * stored
-        # The loss's peak comes before any layer's backward: the larger of the two counts.
-        working = max(working, loss)
-    activations += working
+        embed = ((1.0 if model.dropout else 0.0) + (2 * e if model.embedding_norm else 0.0)
+                 ) * sbh / st.sequence_split
+    stored, loss = _head_bytes(model, training, st) if plan.has_head else (0.0, 0.0)
+    if _torch_pipelined(st):
+        held = _pipelined_peak(model, training, st, plan, micro, grads,
+                               (per_layer, embed, stored, working, loss))
+        activations, grads, pp_buffers = held.activations + extras, held.gradients, held.buffers
+    else:
+        gpipe = st.schedule is Schedule.GPIPE
+        activations = (inflight_layer_sets(plan, st, micro) * per_layer + extras
+                       + (micro if gpipe else min(st.pp, micro)) * embed
+                       + (micro if gpipe else 1) * stored
+                       # The loss's peak comes before any layer's backward: the larger counts.
+                       + max(working, loss))
+        pp_buffers = 2 * e * sbh if st.pp > 1 else 0.0    # send and receive buffers
 
     comm = 0.0
     communicators = sum(1 for d in (st.tp, st.pp, st.dp, st.cp, st.ep) if d > 1)
@@ -377,8 +383,7 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
     if st.cp > 1:
         tokens = sbh / model.hidden
         comm += 2 * 2 * e * tokens * model.kv_dim / st.tp   # double-buffered K and V blocks
-    if st.pp > 1:
-        comm += 2 * e * sbh       # send and receive buffers
+    comm += pp_buffers
     allocated = weights + grads + optim + activations + comm
     breakdown = MemoryBreakdown(
         weights=weights, gradients=grads, optimizer=optim, activations=activations,
@@ -386,6 +391,51 @@ def stage_memory(model: TransformerSpec, training: TrainingSpec, strategy: Strat
         reserve=CONTEXT_RESERVE_BYTES + communicators * NCCL_BUFFER_BYTES)
     return StageMemory(stage=plan.stage, layers=plan.layers, memory=breakdown,
                        offloaded_bytes=offloaded, offloaded_activation_bytes=moved)
+
+
+def _torch_pipelined(strategy: Strategy) -> bool:
+    """FSDP kept gathered under PP is torchtitan's run, whose pipeline is PyTorch's own
+    (``workloads/pipelining_memory.py``); its GPipe and DualPipe orders are not modelled."""
+    return strategy.fsdp_keeps_gathered and strategy.schedule in (
+        Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
+
+
+def _pipelined_peak(model: TransformerSpec, training: TrainingSpec, strategy: Strategy,
+                    plan: StagePlan, micro: int, grads: float,
+                    kept: tuple[float, float, float, float, float]) -> Held:
+    """Peak of a rank under ``torch.distributed.pipelining``: each local chunk's kept
+    activations (``kept``: per layer, embedding and head per micro-batch, the recomputed
+    layer's and the loss's working sets), its share of the stage's unsharded gradients (by
+    parameters) and of their shards, and with ``pp_microbatch_buffers`` the stage's
+    per-micro-batch buffers: its input and output, the inter-stage activation on this device
+    (``e s b h / sequence_split``), or on the last stage the logits (``vocab_rows`` columns);
+    without, one send and one receive buffer of ``e s b h``."""
+    st, e = strategy, training.precision.activation_bytes
+    per_layer, embed, stored, working, loss = kept
+    shards = stage_shards(model, st, plan)
+    groups = shards.by_group().values()
+    sharded = sum(g.params / g.ranks for g in groups) / sum(g.params for g in groups)
+    sbh = _sbh(model, training, st)
+    kept_buffers = training.pp_microbatch_buffers
+    hidden = e * sbh / st.sequence_split if kept_buffers else 0.0
+    logits = e * sbh / model.hidden * vocab_rows(model, st) if kept_buffers else 0.0
+    ends = [(k == 0 and plan.has_embedding, k == len(plan.chunk_layers) - 1 and plan.has_head)
+            for k in range(len(plan.chunk_layers))]
+    params = [sum(s.params for i in ids for s in shards.layers[i])
+              + (shards.embedding.params if first else 0.0) + (shards.head.params if last else 0.0)
+              for ids, (first, last) in zip(plan.chunk_layer_ids, ends, strict=True)]
+    chunks = []
+    for k, (n, (first, last)) in enumerate(zip(plan.chunk_layers, ends, strict=True)):
+        share = grads * params[k] / sum(params)
+        chunks.append(ChunkBytes(
+            activations=per_layer * n + (embed if first else 0.0) + (stored if last else 0.0),
+            working=max(working, loss) if last else working,
+            gradients=share, reduced=share * sharded,
+            output=logits if last else hidden,
+            input_buffer=0.0 if first else hidden, grad_buffer=0.0 if last else hidden))
+    actions = rank_actions(st.schedule, st.pp, st.virtual_stages, micro, plan.stage)
+    held = peak_held(actions, chunks, micro)
+    return held if kept_buffers else replace(held, buffers=held.buffers + 2 * e * sbh)
 
 
 KEPT_LOSS_BYTES = {CrossEntropy.FUSED: 4.0, CrossEntropy.TE: 2.0}

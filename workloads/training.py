@@ -141,6 +141,12 @@ class TrainingSpec:
     """Gradients reduced and accumulated in FP32 (torchtitan's FSDP2 ``MixedPrecisionPolicy``
     with ``reduce_dtype=float32``, its ``mixed_precision_reduce`` default): FP32 reduce-scatter
     inputs, 4 bytes per element on the wire, FP32 unsharded gradient accumulation under PP."""
+    pp_microbatch_buffers: bool = False
+    """PyTorch's pipelining as torch 2.6 (December 2024) ran it under torchtitan: a receive
+    buffer per micro-batch for a stage's input and for its output's gradient, each input
+    gradient and every output kept until the step ends (``workloads/pipelining_memory.py``;
+    pytorch/pytorch#153383, May 2025, kept the last stage's outputs only, torchtitan #1922,
+    October 2025, stopped keeping those). False: one send and one receive buffer."""
     moe: MoeRouting = MoeRouting()
     """How a mixture of experts routes: capacity factor (dropless by default), expert skew or
     the balance that sets it."""
@@ -157,6 +163,7 @@ class TrainingSpec:
                 "fp8_saved_inputs": self.fp8_saved_inputs,
                 "cross_entropy": self.cross_entropy.value,
                 "fp32_grad_reduce": self.fp32_grad_reduce,
+                "pp_microbatch_buffers": self.pp_microbatch_buffers,
                 "moe": {"capacity_factor": self.moe.capacity_factor,
                         "pad_to_capacity": self.moe.pad_to_capacity,
                         "expert_skew": self.moe.expert_skew,
@@ -177,6 +184,7 @@ def training_from_mapping(data: Mapping, path: str = "training") -> TrainingSpec
         fp8_saved_inputs=f.boolean("fp8_saved_inputs", True),
         cross_entropy=f.choice("cross_entropy", CrossEntropy, CrossEntropy.FUSED),
         fp32_grad_reduce=f.boolean("fp32_grad_reduce", False),
+        pp_microbatch_buffers=f.boolean("pp_microbatch_buffers", False),
         moe=_routing(f.sub("moe")),
     )
     f.done()
