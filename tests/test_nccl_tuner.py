@@ -9,13 +9,14 @@ import pytest
 from clustersim.analysis.validation.collectives import measure
 from clustersim.hardware_specs.topology import LinkKind
 from clustersim.simulator.cost.chunk_pipeline import (
-    pipeline_fill_s, step_bytes, tree_chunk_bytes, tree_stages,
+    chain_stages, pipeline_fill_s, staged_fill_s, step_bytes, tree_chunk_bytes,
+    tree_stage_times_s, tree_stages,
 )
 from clustersim.simulator.cost.collectives import Algorithm, Plan, Protocol
 from clustersim.simulator.cost.nccl_tuner import network_hops, predicted_s, tree_correction
 from clustersim.simulator.cost.network import NetworkModel
 from clustersim.simulator.cost.tree_plan import (
-    tree_channel_bus_bandwidth, tree_plan, two_node_tree_bus_bandwidth,
+    tree_channel_bus_bandwidth, tree_channels, tree_plan, two_node_tree_bus_bandwidth,
 )
 from clustersim.workloads.trace import CollectiveKind
 
@@ -77,6 +78,43 @@ def test_a_pipeline_fills_in_depth_minus_one_rounds():
     # below one round the whole buffer passes every stage in turn
     assert pipeline_fill_s(6, 16 * MIB, 4 * MIB, 1e-4) == pytest.approx(5 * 1e-4)
     assert pipeline_fill_s(1, 16 * MIB, GIB, 1e-3) == 0.0
+
+
+def test_a_simple_trees_chain_of_gpus_hands_on_whole_steps_and_ll128s_does_not():
+    # all_reduce.h: the tree runs ProtoSimple<1, 1> (a slice is one step); prims_simple.h
+    # waitPeer: a GPU waits for its peer's whole slice. 8 GPUs a node: 7 hops up, 7 down.
+    assert chain_stages(Protocol.SIMPLE, 8) == 14
+    assert chain_stages(Protocol.LL128, 8) == chain_stages(Protocol.LL, 8) == 0
+    assert chain_stages(Protocol.SIMPLE, 1) == 0
+    stages = tree_stage_times_s(Protocol.SIMPLE, 2, 8, 1e-3, 1e-4)
+    assert sorted(stages) == [1e-4] * 14 + [1e-3] * 2
+    # k rounds through stages t_i: sum(t_i) + (k - 1) max(t_i); the fill is sum - max, per round
+    assert staged_fill_s(stages, 8 * MIB, 64 * MIB) == pytest.approx((14 * 1e-4 + 1e-3) / 8)
+    # without the chain it is the equal-stage pipeline of the network levels
+    assert staged_fill_s(tree_stage_times_s(Protocol.LL128, 8, 8, 1e-3, 1e-4), 8 * MIB,
+                         64 * MIB) == pytest.approx(pipeline_fill_s(6, 8 * MIB, 64 * MIB, 1e-3))
+
+
+def test_a_tree_across_nodes_runs_two_channels_per_nic(catalog):
+    # search.cc: one search channel per NIC (none of these is duplicated: 12, 24 and 48 GB/s
+    # a channel); connect.cc ncclTopoPostset doubles them
+    for node, device, channels in (("aws-p4d-24xlarge", "a100-40gb", 8),
+                                   ("gcp-a3-megagpu-8g", "h100-sxm", 16),
+                                   ("dgx-h100", "h100-sxm", 16)):
+        cluster = catalog.cluster(device=catalog.nodes[node].device, num_devices=16, node=node)
+        assert tree_channels(NetworkModel(cluster).planner) == channels, node
+
+
+def test_two_p4d_trees_fill_is_the_chain_and_the_network_level_per_round(catalog):
+    """Two p4d, 8 MiB buffers: a round is 8 channels x 1 MiB; its fill is 14 NVLink hops of the
+    chain (at the GPU's NVLink rate) and one more network level (the tree has two)."""
+    cluster = catalog.cluster(device="a100-40gb", num_devices=16, node="aws-p4d-24xlarge")
+    net = NetworkModel(cluster)
+    plan = net.plan(CollectiveKind.ALL_REDUCE, 256 * MIB, (tuple(range(16)),))
+    assert (plan.algorithm, plan.protocol) == (Algorithm.TREE, Protocol.SIMPLE)
+    round_bytes = 8 * MIB
+    network = max(plan.intra_s, plan.network_s(net.topology)) * round_bytes / (256 * MIB)
+    assert plan.fill_s == pytest.approx(network + 14 * round_bytes / net.planner.scale_up)
 
 
 @pytest.mark.parametrize(("proto", "nbytes", "factor"), [

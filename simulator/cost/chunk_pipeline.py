@@ -10,11 +10,12 @@ the Simple ring), shrunk for LL128 where the buffer is small against the tree's 
 A chunk crosses the network as a whole: the sending proxy posts a step when all its data is
 there (``net.cc``, ``sendProxyProgress``: the FIFO tail for Simple, every LL/LL128 flag of the
 step otherwise), and the receiving proxy hands it to the GPU when the receive (and, for Simple
-over GPU Direct RDMA, its flush) completes. Inside the node the chain's GPUs are not counted as
-stages: on 4 x 8 H100 (NVIDIA/nccl-tests#309, qoofyk) the tree with Simple meets the measured
-time from 512 MiB within 5% without them, where 14 chained steps of 512 KiB x 32 channels would
-add more than 1 ms at 1 GiB; so the chain passes data on finer than a step (an assumption these
-rows support, not read in NCCL's source).
+over GPU Direct RDMA, its flush) completes. With Simple a chunk also crosses every GPU of the
+node's chain as a whole: the tree runs ``ProtoSimple<1, 1>`` (``all_reduce.h``: one step a
+slice), and a GPU waits until its peer has posted the whole slice before it reduces and passes it
+on (``prims_simple.h``, ``waitPeer``: ``connStepCache < step + StepPerSlice``; the peer's
+``postPeer`` after the slice is stored). LL and LL128 pass data on line by line (a flag in every
+8- or 128-byte line), so their chain does not hold a chunk back. (NCCL 2.23.4, a8c88f8.)
 
 A pipeline of D such stages moving k rounds takes (k + D - 1) round times; the bandwidth term of
 ``collectives.py`` counts the k, this module the D - 1 (Sanders, Speck, Traff, "Two-tree
@@ -70,9 +71,24 @@ def tree_chunk_bytes(proto: Protocol, nbytes: float, channels: int, nodes: int,
 
 
 def tree_stages(nodes: int) -> int:
-    """Stages of a chunk's way up and down NCCL's tree that hand on whole steps: the
-    log2(nodes) network levels, each way."""
+    """Network stages of a chunk's way up and down NCCL's tree, each handing on whole steps:
+    the log2(nodes) network levels, each way."""
     return 2 * math.ceil(math.log2(nodes))
+
+
+def chain_stages(proto: Protocol, per_node: int) -> int:
+    """NVLink stages of a chunk's way up and down the tree that hand on whole steps: with
+    Simple, the per_node - 1 hops of the deepest node's chain of GPUs up to the node's network
+    connection, and as many back down (0 for LL and LL128, which forward line by line)."""
+    return 2 * (per_node - 1) if proto is Protocol.SIMPLE else 0
+
+
+def tree_stage_times_s(proto: Protocol, nodes: int, per_node: int, network_s: float,
+                       nvlink_s: float) -> list[float]:
+    """Each stage of a tree all-reduce's chunk pipeline with the time it takes for the whole
+    message: the network levels (``tree_stages``) at ``network_s``, the chain's NVLink hops
+    (``chain_stages``) at ``nvlink_s``; ``staged_fill_s`` turns them into the fill."""
+    return [network_s] * tree_stages(nodes) + [nvlink_s] * chain_stages(proto, per_node)
 
 
 def pipeline_fill_s(stages: int, round_bytes: float, nbytes: float, bandwidth_s: float) -> float:

@@ -31,13 +31,15 @@
   8 x 8 H100 (8 x 400 Gb/s) it makes the tree with Simple 8 x 36 GB/s of bus bandwidth, 283.5
   GB/s in nccl-tests' terms, where NVIDIA/nccl-tests#309 measured 287-300 GB/s at 512 MiB-1 GiB,
   and with LL128 8 x 29, 228 GB/s, measured 228 at 128 MiB.
-- The chunk pipeline's fill (``chunk_pipeline.py``).
+- The chunk pipeline's fill (``chunk_pipeline.py``): the network levels and, with Simple, the
+  NVLink hops of the node's chain of GPUs (at the GPU's NVLink rate), over rounds of every
+  channel's chunk; a tree across nodes runs two channels per NIC (:func:`tree_channels`).
 """
 
 from __future__ import annotations
 
 from clustersim.simulator.cost.chunk_pipeline import (
-    pipeline_fill_s, tree_chunk_bytes, tree_stages,
+    staged_fill_s, tree_chunk_bytes, tree_stage_times_s,
 )
 from clustersim.simulator.cost.collectives import (
     ARCH_OF_SCALE_UP, COLL_CHANNELS, Algorithm, CollectivePlanner, Plan, Protocol, bus_factor,
@@ -99,13 +101,35 @@ def tree_plan(planner: CollectivePlanner, plan: Plan, kind: CollectiveKind, nbyt
         rated = max(rated, channel_s)
         plan = Plan(plan.algorithm, plan.protocol, plan.latency_s, max(plan.intra_s, channel_s),
                     plan.loads)
-    generation = planner.cluster.device.scale_up_generation
-    channels = nccl_channels(plan.protocol, nbytes, n, COLL_CHANNELS.get(generation, 16))
+    channels = nccl_channels(plan.protocol, nbytes, n, tree_channels(planner))
     chunk = tree_chunk_bytes(plan.protocol, nbytes, channels, len(members), per_node,
                              planner.cluster.node.nccl_buffer_bytes)
-    fill = pipeline_fill_s(tree_stages(len(members)), channels * chunk, nbytes,
-                           max(plan.intra_s, planner.network_s(plan)))
-    return plan.with_fill(fill).rated(rated)
+    stages = tree_stage_times_s(plan.protocol, len(members), per_node,
+                                max(plan.intra_s, planner.network_s(plan)),
+                                nbytes / planner.scale_up)
+    return plan.with_fill(staged_fill_s(stages, channels * chunk, nbytes)).rated(rated)
+
+
+def search_channels(planner: CollectivePlanner) -> int:
+    """Channels NCCL's topology search finds for a tree across nodes: one per NIC (at the
+    fastest speed of ``speedArrayInter`` a NIC carries, ``search.cc``), which it duplicates only
+    where that speed is 25 GB/s or more (and on compute capability 9.0 and later 50 GB/s or more,
+    or at most 4 channels: ``ncclTopoDupChannels``); no node of the catalog's multi-node data
+    qualifies (p4d's 100 Gb/s NICs give 12 GB/s a channel, A3 Mega's 200 Gb/s 24, H100's eight
+    400 Gb/s 48), so duplication is not modelled."""
+    return min(planner.cluster.node.nic_count, MAX_CHANNELS)
+
+
+def tree_channels(planner: CollectivePlanner) -> int:
+    """Channels a tree all-reduce across nodes runs on before NCCL drops some for small
+    messages: twice the search channels (``connect.cc``, ncclTopoPostset: "Duplication should
+    be complete now", nChannels*2), at most the node's own channel count (``COLL_CHANNELS``).
+    On p4d (4 NICs) 8 channels, as nccl_channels then trims; the chunk pipeline's round is
+    these channels' chunks."""
+    generation = planner.cluster.device.scale_up_generation
+    own = COLL_CHANNELS.get(generation, 16)
+    nics = search_channels(planner)
+    return min(own, 2 * nics) if nics >= 1 else own
 
 
 def tree_channel_bus_bandwidth(planner: CollectivePlanner, proto: Protocol,
@@ -116,14 +140,14 @@ def tree_channel_bus_bandwidth(planner: CollectivePlanner, proto: Protocol,
     ncclTopoPostset: "Duplication should be complete now", nChannels*2). None where NCCL's
     tables have no entry (an architecture they do not know, or LL) or the nodes have no NIC."""
     arch = ARCH_OF_SCALE_UP.get(planner.cluster.device.scale_up_generation)
-    nics = planner.cluster.node.nic_count
+    nics = search_channels(planner)
     if arch not in TREE_CHANNEL_GBPS or proto is Protocol.LL or nodes < 2 or nics < 1:
         return None
     column = 2 if nodes == 2 else 4
     per_channel = TREE_CHANNEL_GBPS[arch][column]
     if proto is Protocol.LL128:
         per_channel = min(per_channel * LL128_DATA_RATIO, TREE_LL128_CHANNEL_GBPS[arch][column])
-    return min(nics, MAX_CHANNELS) * per_channel * 1e9
+    return nics * per_channel * 1e9
 
 
 def two_node_tree_bus_bandwidth(planner: CollectivePlanner, plan: Plan,
