@@ -101,7 +101,7 @@ LL128_OFF = ("157-178 us (and 93 us on the same nodes' 1-2 MiB default runs) is 
              "network (NCCL enables it only for NICs behind a PCIe switch or PXN, tuning.cc), "
              "which the posts do not show")
 TREE_LL128 = ("4 nodes from 1 to 8 MiB, the tree with LL128 (which NCCL's tuner picks there; "
-              "NVIDIA/nccl#1752's log shows it at 16 MiB on 8 x H200 nodes): 33-216% faster than "
+              "NVIDIA/nccl#1752's log shows it at 16 MiB on 8 x H200 nodes): 33-242% faster than "
               "measured although it runs at most at its channels' rate (8 x 29 GB/s, tuning.cc). "
               "gj-aion's 4-node run takes 227-317 us from 1 to 8 MiB where qoofyk's takes 82-217 "
               "us (its 2 MiB, 191 us, lies between 82 us at 1 MiB and 151 us at 4 MiB): a per-run "
