@@ -15,7 +15,7 @@ node's chain as a whole: the tree runs ``ProtoSimple<1, 1>`` (``all_reduce.h``: 
 slice), and a GPU waits until its peer has posted the whole slice before it reduces and passes it
 on (``prims_simple.h``, ``waitPeer``: ``connStepCache < step + StepPerSlice``; the peer's
 ``postPeer`` after the slice is stored). LL and LL128 pass data on line by line (a flag in every
-8- or 128-byte line), so their chain does not hold a chunk back. (NCCL 2.23.4, a8c88f8.)
+8- or 128-byte line), so their chain does not hold a chunk back. (NCCL v2.23.4-1, 68b54236; the same in v2.28.3-1.)
 
 A pipeline of D such stages moving k rounds takes (k + D - 1) round times; the bandwidth term of
 ``collectives.py`` counts the k, this module the D - 1 (Sanders, Speck, Traff, "Two-tree
