@@ -12,16 +12,18 @@ import json
 from pathlib import Path
 
 from clustersim.simulator.result import StepResult
-from clustersim.workloads.trace import CollectiveOp, ComputeOp, CopyOp, Op, RecvOp, SendOp, Stream
-from clustersim.workloads.trace import Trace
+from clustersim.workloads.trace import (
+    CollectiveOp, ComputeOp, CopyOp, HostOp, Op, RecvOp, SendOp, Stream, Trace,
+)
 
 STREAM_ORDER = tuple(s.value for s in Stream)
-"""Threads of a rank class in display order: compute, one per parallel axis, host copies."""
+"""Threads of a rank class in display order: compute, one per parallel axis, host copies, the
+host's kernel issue."""
 
 TRACK_NAMES = {Stream.COMPUTE.value: "compute", Stream.PP.value: "PP send/recv",
-               Stream.COPY.value: "host copies (offload)",
+               Stream.COPY.value: "host copies (offload)", Stream.HOST.value: "host issue (eager)",
                **{s.value: f"{s.value.upper()} communication" for s in Stream
-                  if s not in (Stream.COMPUTE, Stream.PP, Stream.COPY)}}
+                  if s not in (Stream.COMPUTE, Stream.PP, Stream.COPY, Stream.HOST)}}
 
 
 def op_args(op: Op, trace: Trace) -> dict:
@@ -39,6 +41,8 @@ def op_args(op: Op, trace: Trace) -> dict:
         return {"bytes": op.bytes, "group": op.group, "peer_position": op.peer}
     if isinstance(op, CopyOp):
         return {"copy": op.kind.value, "bytes": op.bytes}
+    if isinstance(op, HostOp):
+        return {"launches": op.launches}
     return {}
 
 

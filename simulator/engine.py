@@ -35,6 +35,7 @@ from clustersim.simulator.classes import rank_classes
 from clustersim.simulator.cost.collectives import COPY_KERNEL_S, Plan
 from clustersim.simulator.cost.compute import ComputeModel
 from clustersim.simulator.cost.grouped import GroupedNetwork
+from clustersim.simulator.cost.host import issue_time
 from clustersim.simulator.cost.interfaces import ComputeCost, MemoryCost, NetworkCost
 from clustersim.simulator.cost.measured import MeasuredNetwork
 from clustersim.simulator.cost.memory import MemoryModel
@@ -51,7 +52,7 @@ from clustersim.simulator.result import StepResult
 from clustersim.simulator.streams import stream_runs
 from clustersim.simulator.summary import summarize
 from clustersim.workloads.trace import (
-    CollectiveOp, ComputeOp, CopyOp, MemoryOp, Op, RecvOp, SendOp, Stream, Trace,
+    CollectiveOp, ComputeOp, CopyOp, HostOp, MemoryOp, Op, RecvOp, SendOp, Stream, Trace,
 )
 
 __all__ = ["Faults", "NetworkMode", "SimulationOptions", "StepSimulation", "cycle_collector_paused",
@@ -274,6 +275,8 @@ class StepSimulation:
             return self._busy(st, op)
         if isinstance(op, CopyOp):
             return self.memory.copy_time(op.kind, op.bytes)
+        if isinstance(op, HostOp):
+            return issue_time(op.launches, st.launch_s)
         if isinstance(op, MemoryOp):
             return 0.0
         return None
@@ -365,6 +368,8 @@ class StepSimulation:
                 yield from self._p2p(st, op)
             elif isinstance(op, CopyOp):
                 yield env.timeout(self.memory.copy_time(op.kind, op.bytes))
+            elif isinstance(op, HostOp):
+                yield env.timeout(issue_time(op.launches, st.launch_s))
             self._done(st, op)
 
     def _busy(self, st: ClassState, op: ComputeOp) -> float:

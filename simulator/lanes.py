@@ -37,6 +37,7 @@ import simpy
 
 from clustersim.simulator.classes import RankClass, rank_classes
 from clustersim.simulator.cost.collectives import COPY_KERNEL_S, Plan
+from clustersim.simulator.cost.host import issue_time
 from clustersim.simulator.cost.interfaces import ComputeCost, MemoryCost, NetworkCost
 from clustersim.simulator.flows import FlowNetwork
 from clustersim.simulator.lane_tables import (
@@ -47,7 +48,7 @@ from clustersim.simulator.op_records import op_records
 from clustersim.simulator.records import ClassTimeline, Replay
 from clustersim.simulator.streams import stream_runs
 from clustersim.workloads.trace import (
-    CollectiveOp, ComputeOp, CopyOp, Op, RecvOp, SendOp, Stream, Trace,
+    CollectiveOp, ComputeOp, CopyOp, HostOp, Op, RecvOp, SendOp, Stream, Trace,
 )
 
 if TYPE_CHECKING:
@@ -193,6 +194,8 @@ class LaneReplay:
             end = yield from self._p2p(st, op, ready)
         elif isinstance(op, CopyOp):
             end = yield from self._run_for(ready, self.memory.copy_time(op.kind, op.bytes))
+        elif isinstance(op, HostOp):
+            end = yield from self._run_for(ready, self._issue_s(st, op))
         else:
             end = ready
         st.end[op.id] = end
@@ -225,6 +228,14 @@ class LaneReplay:
         if isinstance(busy, float) and isinstance(floor, float):
             return max(busy, floor)
         return settle(np.maximum(busy, floor))
+
+    @staticmethod
+    def _issue_s(st: _LaneClass, op: HostOp) -> Lanes:
+        """Each lane's host time to issue ``op``'s kernels (a slow host's where longer)."""
+        launch = st.launch_s
+        if isinstance(launch, float):
+            return issue_time(op.launches, launch)
+        return settle(np.maximum(issue_time(op.launches), op.launches * launch))
 
     def _run_for(self, ready: Lanes, duration: Lanes):
         """Lanes busy from ``ready`` for ``duration``; the process wakes at the latest end."""

@@ -12,7 +12,9 @@ from operator import attrgetter
 
 from clustersim.simulator.records import OpRecord
 from clustersim.simulator.result import charged_axis
-from clustersim.workloads.trace import CollectiveOp, ComputeOp, MemoryOp, Op, RecvOp, SendOp
+from clustersim.workloads.trace import (
+    CollectiveOp, ComputeOp, HostOp, MemoryOp, Op, RecvOp, SendOp,
+)
 
 
 _END = attrgetter("end")
@@ -24,6 +26,8 @@ def category(op: Op) -> str:
         return op.phase._value_  # the member's value (enum's documented sunder name), unwrapped
     if isinstance(op, (CollectiveOp, SendOp, RecvOp)):
         return charged_axis(op)
+    if isinstance(op, HostOp):
+        return "host"
     return "memory" if isinstance(op, MemoryOp) else "other"
 
 

@@ -2,6 +2,7 @@
 published_runs_long_context.csv): provenance, and how a row becomes a run."""
 
 import csv
+from dataclasses import replace
 
 import pytest
 
@@ -9,6 +10,7 @@ from clustersim.analysis.validation.published import row_config
 from clustersim.hardware_specs import SpecError
 from clustersim.workloads.dispatch import Dispatcher
 from clustersim.workloads.routing import RouterBalance
+from clustersim.workloads.strategy import CudaGraphs
 
 from tests.conftest import REPO
 
@@ -43,12 +45,16 @@ def test_an_unknown_dispatcher_in_a_row_names_the_field(catalog):
 
 def test_a_capacity_factor_row_runs_the_token_drop_recipe_and_its_dropless_twin_does_not(catalog):
     """Megatron-Bridge's ``apply_moe_token_drop``: capacity factor 1.0, every expert padded to
-    its capacity; the 25.11 twin of the same layout is dropless."""
+    its capacity; the 25.11 twin of the same layout is dropless, and graphs only its router
+    (25.09's per-layer graphs hold whole layers)."""
     drop = row_config(_row("mb2509_qwen3_30b_a3b_b200_8gpu_fp8_tokendrop"), catalog).job
     dropless = row_config(_row("mb2511_qwen3_30b_a3b_b200_8gpu_mxfp8"), catalog).job
     assert (drop.training.moe.capacity_factor, drop.training.moe.pad_to_capacity) == (1.0, True)
     assert dropless.training.moe.capacity_factor == 0.0
-    assert (drop.strategy, drop.training.micro_batch) == (dropless.strategy, 1)
+    assert (drop.strategy.cuda_graphs, dropless.strategy.cuda_graphs) == (
+        CudaGraphs.FULL, CudaGraphs.MOE_ROUTER)
+    assert (replace(drop.strategy, cuda_graphs=CudaGraphs.MOE_ROUTER),
+            drop.training.micro_batch) == (dropless.strategy, 1)
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "one"])

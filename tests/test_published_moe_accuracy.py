@@ -32,11 +32,12 @@ CHEAP = {
     LONG: ("torchtitan_llama3_8b_8gpu_fsdp8_cp1", "torchtitan_llama3_8b_8gpu_fsdp4_cp2",
            "torchtitan_llama3_8b_8gpu_fsdp2_cp4", "torchtitan_llama3_8b_8gpu_fsdp1_cp8"),
 }
-HOST_BOUND = ("host (CPU) time of the dropless path, not modelled: Megatron-Core's alltoall "
-              "dispatcher syncs host and device in every MoE layer's forward (token_dispatcher.py, "
-              "before_ep_alltoall) and TE's GroupedLinear spends host time per expert; no "
-              "published host cost per kernel of this stack pins it (the figures found span 5x); "
-              "analysis/data/README.md")
+HOST_BOUND = ("host (CPU) time of the dropless path beyond what is modelled: the host issues "
+              "the recipe's ungraphed kernels at 13.48 us each (TE #2053's torch.nn.Linear on a "
+              "DGX H100) and waits at every MoE forward's token-count sync (token_dispatcher.py "
+              "before_ep_alltoall, TEGroupedMLP's tolist); TE's GroupedLinear spends more host "
+              "time per expert (splits, allocations, casts: TE #1499), which no source gives for "
+              "this stack; analysis/data/README.md")
 GPU_GAP = ("with no host-device sync in the layer (capacity factor 1.0 padded to capacity); "
            "16 experts of 768 per GPU; not identified: the same config's measured throughput "
            "moves 1.8x across releases (GB200, micro-batch 4: 22,775 tokens/s/GPU in 25.09, "
@@ -53,26 +54,31 @@ OFF = {
     "exponentials or 1.4 kW (GB300 over GB200 on this card: 0.901 measured, 1.009 predicted); "
     "+13.4% before the compute under the EP overlap ran on the 116 SMs HybridEP's 32 leave, "
     "which brings its GB200 twin from +0.9% to +5.5%",
-    "mbcard_qwen3_30b_a3b_h100_16gpu_bf16_natural_routing": "-23.7% (-26.8% balanced): "
+    "mbcard_qwen3_30b_a3b_h100_16gpu_bf16_natural_routing": "-21.1% (-23.7% before the host's "
+    "eager issue after each sync was modelled): "
     + NATURAL,
-    "mbcard_qwen3_30b_a3b_gb200_8gpu_mxfp8_natural_routing": "-43.3% (-44.5% balanced): "
-    + NATURAL + "; TE-scoped CUDA graphs instead of the tuned row's full-iteration graphs "
-    "(host time not modelled)",
-    "mb2511_qwen3_30b_a3b_h100_16gpu_fp8": "predicted 2.6x as fast (-62%): 16 experts of 768 per "
+    "mbcard_qwen3_30b_a3b_gb200_8gpu_mxfp8_natural_routing": "-42.9% (-43.3% before the host's "
+    "eager issue was modelled): " + NATURAL + "; TE-scoped CUDA graphs instead of the tuned row's "
+    "full-iteration graphs, their host issue charged at a DGX H100's cost, not Grace's 2.5x",
+    "mb2511_qwen3_30b_a3b_h100_16gpu_fp8": "predicted 2.2x as fast (-55%; -62% before the "
+    "host's eager issue was modelled): 16 experts of 768 per "
     "GPU, 2 sequences per micro-batch, 24 one-layer chunks per stage, the recipe's 1F1B all-to-all "
     "overlap; its 25.09 token-drop twin "
     "(no sync) runs 1.99x as fast and is predicted -17%; " + HOST_BOUND,
-    "mb2606_qwen3_30b_a3b_h100_16gpu_fp8": "-30%: 8 experts per GPU at one sequence per micro-"
+    "mb2606_qwen3_30b_a3b_h100_16gpu_fp8": "-21% (-30% before the host's eager issue was "
+    "modelled): 8 experts per GPU at one sequence per micro-"
     "batch, EP16 over two nodes with the recipe's HybridEP run as DeepEP, FP8 current scaling "
     "and no CUDA graphs; measured 1.20x the step of the card's BF16 run of the same layout with "
-    "moe_router/moe_preprocess graphs (24.71 s), predicted 0.94x; " + HOST_BOUND,
-    "mb2511_qwen3_30b_a3b_b200_8gpu_mxfp8": "predicted 2.7x as fast (-63%): 9.2 ms per layer and "
-    "micro-batch of 4,096 tokens against 3.4 ms of GPU work modelled; its 25.09 token-drop twin "
+    "moe_router/moe_preprocess graphs (24.71 s), predicted 1.02x; " + HOST_BOUND,
+    "mb2511_qwen3_30b_a3b_b200_8gpu_mxfp8": "predicted 2.2x as fast (-54%; -63% before the "
+    "host's eager issue was modelled): 9.2 ms per layer and micro-batch of 4,096 tokens against "
+    "3.4 ms of GPU work modelled; its 25.09 token-drop twin "
     "(no sync, whole layers CUDA-graphed) runs 1.94x as fast and is itself predicted -22%; "
     + HOST_BOUND,
-    "mb2511_qwen3_30b_a3b_gb200_8gpu_mxfp8": "-28% at micro-batch 4 with the recipe's HybridEP "
-    "run as DeepEP, as its 25.09 token-drop twin (-23.9%, no slower than this dropless run): not "
-    "the dropless path's host time; " + GPU_GAP,
+    "mb2511_qwen3_30b_a3b_gb200_8gpu_mxfp8": "-21% (-28% before the host's eager issue was "
+    "modelled, at a DGX H100's cost, not Grace's) at micro-batch 4 with the recipe's HybridEP run "
+    "as DeepEP, as its 25.09 token-drop twin (-23.9%, no slower than this dropless run); "
+    + GPU_GAP,
     "mb2509_qwen3_30b_a3b_b200_8gpu_fp8_tokendrop": "-22% " + GPU_GAP,
     "mb2509_qwen3_30b_a3b_gb200_8gpu_fp8_tokendrop": "-24% " + GPU_GAP,
     "mb2509_qwen3_30b_a3b_h100_16gpu_fp8_tokendrop": "-17% (kernels issued eagerly, no graphs) "

@@ -39,6 +39,12 @@ GB300 = ("the catalog's GB300 has GB200's compute peaks and efficiencies and B30
          "efficiency, and Blackwell Ultra's doubled attention exponentials (attention_exp_rate); "
          "its 1.4 kW power is not credited, and no GB300 kernel measurement pins it")
 OFF = {
+    "a2a_overlap": "measured 0.849, predicted 0.811 (0.839 before the host's eager issue was "
+    "modelled): the recipe's moe_router graphs leave the rest eager, and HybridEP's counts are "
+    "read before the grouped GEMMs (TEGroupedMLP's tolist); without the overlap the device then "
+    "idles while the host issues the experts' kernels (3.1 points), with it the paired "
+    "backward's kernels keep it busy; the host time per kernel of this stack is one sourced "
+    "torch call (13.48 us, TE #2053), not measured",
     "natural_over_forced_routing": "measured 1.226, predicted 1.042: the natural run routes "
     "with the expert skew of Wang et al.'s MaxVio_global 0.52 under the same auxiliary-loss "
     "coefficient (arXiv 2408.15664 Table 2; its busiest of 16 devices 1.14x the mean), a floor "

@@ -35,7 +35,7 @@ from clustersim.workloads.strategies.program import (
     OpList, StageProgram, Steps, drain, interleave,
 )
 from clustersim.workloads.strategies.tensor import TensorParallel
-from clustersim.workloads.strategy import Recompute
+from clustersim.workloads.strategy import CudaGraphs, Recompute
 from clustersim.workloads.trace import GroupSet, Op, Phase, Program, Trace, validate
 
 
@@ -44,7 +44,8 @@ class StageBuilder:
 
     def __init__(self, job: Job, plan: StagePlan):
         kernels = LayerOps(job.model, job.training, job.strategy)
-        self.stage = StageProgram(job=job, plan=plan, ops=OpList(), kernels=kernels)
+        self.stage = StageProgram(job=job, plan=plan, kernels=kernels,
+                                  ops=OpList(eager=job.strategy.cuda_graphs is not CudaGraphs.FULL))
         self.tensor = TensorParallel(self.stage)
         self.context = ContextParallel(self.stage, self.tensor)
         self.expert = ExpertParallel(self.stage, self.tensor)

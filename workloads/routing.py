@@ -81,6 +81,16 @@ class MoeRouting:
     """What balances the router; ``aux_loss`` sets the skew from a measured MaxVio."""
 
     @property
+    def host_sync(self) -> bool:
+        """Whether a MoE layer's forward has the host read its token counts from the device:
+        all but padded routing, whose counts are the capacity. Megatron-Core's
+        ``MoEAlltoAllTokenDispatcher.preprocess`` sets ``cuda_sync_point`` to
+        ``before_ep_alltoall`` when dropless, ``before_permutation_1`` with a capacity but no
+        padding, and ``no_sync`` only when padded to capacity (where the sync falls:
+        ``workloads/strategies/expert.py``)."""
+        return not self.pad_to_capacity
+
+    @property
     def skew(self) -> float:
         """The coefficient of variation of expert popularity routing runs with."""
         if self.balance in BALANCE_MAXVIO:

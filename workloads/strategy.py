@@ -120,6 +120,24 @@ class Zero3Prefetch(enum.Enum):
     """Every gather waits for the compute before it."""
 
 
+class CudaGraphs(enum.Enum):
+    """Which kernels replay from CUDA graphs; the others the host issues one by one, each at
+    its eager cost (``simulator/cost/host.py``), in program order (``HostOp``). The host runs
+    ahead of the device except where it reads device results: dropless MoE routing's token
+    counts (``workloads/strategies/expert.py``), so only what follows such a sync can leave the
+    device waiting on the host."""
+
+    FULL = "full"
+    """Every kernel: the host's issue time is not charged (the default; also Megatron's
+    full-iteration graphs)."""
+    MOE_ROUTER = "moe_router"
+    """Megatron-Core's Transformer Engine graphs scoped to ``moe_router`` and
+    ``moe_preprocess`` (``--cuda-graph-scope``): the router's kernels, up to the dispatcher's
+    sync, replay from a graph (one launch); every other kernel is issued eagerly."""
+    NONE = "none"
+    """No graphs: eager PyTorch issues every kernel."""
+
+
 def _prefetch(f: Fields) -> Zero3Prefetch:
     """``true``/``false`` (all/none), or a :class:`Zero3Prefetch` name."""
     value = f.raw("zero3_prefetch", True)
@@ -247,6 +265,9 @@ class Strategy:
     """Megatron-Core's ``--tp-comm-overlap`` (Transformer Engine userbuffers; needs sequence
     parallelism): tensor-parallel all-gathers and reduce-scatters stream in tp chunks beside the
     GEMMs that consume and produce them."""
+    cuda_graphs: CudaGraphs = CudaGraphs.FULL
+    """Which kernels replay from CUDA graphs (``CudaGraphs``); the rest pay the host's eager
+    issue time. Default ``full``: host issue time not modelled."""
     subnetworks: Subnetworks | None = None
     """Subnetwork Data Parallelism (``workloads/subnetworks.py``): each replica holds, computes
     and reduces only its subnetwork's blocks. None: every replica holds the whole model."""
@@ -336,6 +357,7 @@ class Strategy:
                 "zero3_prefetch": self.zero3_prefetch.value,
                 "overlap_param_gather": self.overlap_param_gather,
                 "tp_comm_overlap": self.tp_comm_overlap,
+                "cuda_graphs": self.cuda_graphs.value,
                 "subnetworks": self.subnetworks.to_dict() if self.subnetworks else None}
 
 
@@ -376,6 +398,7 @@ def strategy_from_mapping(data: Mapping, path: str = "strategy") -> Strategy:
         zero3_prefetch=_prefetch(f),
         overlap_param_gather=f.boolean("overlap_param_gather", False),
         tp_comm_overlap=f.boolean("tp_comm_overlap", False),
+        cuda_graphs=f.choice("cuda_graphs", CudaGraphs, CudaGraphs.FULL),
         subnetworks=subnetworks_from_mapping(f),
     )
     f.done()
@@ -592,6 +615,9 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
     _check_context(s, model, path)
     if model.is_moe:
         _check_experts(s, model, path)
+    elif s.cuda_graphs is CudaGraphs.MOE_ROUTER:
+        raise SpecError(f"{path}.cuda_graphs", "moe_router graphs a MoE layer's router and need "
+                        "a mixture-of-experts model (model.num_experts > 1); none or full")
     elif s.ep != 1 or s.etp or s.moe_paged_stash_buffer:
         field = "ep" if s.ep != 1 else "etp" if s.etp else "moe_paged_stash_buffer"
         raise SpecError(f"{path}.{field}", f"{getattr(s, field)} needs a mixture-of-experts model "

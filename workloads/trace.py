@@ -44,6 +44,9 @@ class Stream(enum.Enum):
     SPATIAL = Axis.SPATIAL.value
     COPY = "copy"
     """Host <-> device copies (offload)."""
+    HOST = "host"
+    """The host thread issuing the rank's kernels in program order (eager runs only:
+    ``HostOp``)."""
 
     @classmethod
     def of(cls, axis: Axis) -> Stream:
@@ -157,6 +160,21 @@ class CopyOp:
 
 
 @dataclass(frozen=True, slots=True)
+class HostOp:
+    """The host issuing the next op's ``launches`` kernels one by one, as eager PyTorch does
+    without CUDA graphs. Host ops run in program order on the host stream, so the host runs
+    ahead of the device freely; the op they issue depends on them. A host op's ``deps`` are
+    device work the host waits for first: a device-to-host sync (dropless MoE routing reading
+    its token counts)."""
+
+    id: int
+    name: str
+    launches: int
+    stream: Stream = Stream.HOST
+    deps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class MemoryOp:
     """A change of live memory (positive: allocation, negative: free); takes no time."""
 
@@ -167,7 +185,7 @@ class MemoryOp:
     deps: tuple[int, ...] = ()
 
 
-Op = ComputeOp | CollectiveOp | SendOp | RecvOp | CopyOp | MemoryOp
+Op = ComputeOp | CollectiveOp | SendOp | RecvOp | CopyOp | HostOp | MemoryOp
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,12 +19,12 @@ from clustersim.hardware_specs import Dtype, OpClass, SpecError
 from clustersim.hardware_specs.textfile import load_json
 from clustersim.workloads.layer_ops import Kernel
 from clustersim.workloads.trace import (
-    CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, Dispatcher, GroupSet, MemoryOp, Op,
-    Phase, Program, RecvOp, SendOp, Stream, TokenRouting, Trace, validate,
+    CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, Dispatcher, GroupSet, HostOp,
+    MemoryOp, Op, Phase, Program, RecvOp, SendOp, Stream, TokenRouting, Trace, validate,
 )
 
 _TYPE = {ComputeOp: "compute", CollectiveOp: "collective", SendOp: "send", RecvOp: "recv",
-         CopyOp: "copy", MemoryOp: "memory"}
+         CopyOp: "copy", HostOp: "host", MemoryOp: "memory"}
 
 
 def _kernel_dict(k: Kernel) -> dict:
@@ -55,6 +55,8 @@ def op_to_dict(op: Op) -> dict:
         out.update(group=op.group, peer=op.peer, bytes=op.bytes, tag=op.tag)
     elif isinstance(op, CopyOp):
         out.update(kind=op.kind.value, bytes=op.bytes)
+    elif isinstance(op, HostOp):
+        out.update(launches=op.launches)
     elif isinstance(op, MemoryOp):
         out.update(delta_bytes=op.delta_bytes)
     return out
@@ -110,6 +112,8 @@ def op_from_dict(d: dict) -> Op:
     if kind == "copy":
         return CopyOp(kind=CopyKind(d["kind"]), bytes=float(d["bytes"]),
                       stream=Stream(d.get("stream", "copy")), **common)
+    if kind == "host":
+        return HostOp(launches=int(d["launches"]), **common)
     if kind == "memory":
         return MemoryOp(delta_bytes=float(d["delta_bytes"]),
                         stream=Stream(d.get("stream", "compute")), **common)

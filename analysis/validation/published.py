@@ -20,11 +20,12 @@ no MoE paged stash; set: its CUDA buffer factor), capacity_factor (absent:
 dropless; set: Megatron-Core's token-drop recipe, ``--moe-expert-capacity-factor`` with
 ``--moe-pad-expert-input-to-capacity``, every expert computing its full capacity),
 router_balance (absent: uniform, what ``--moe-router-force-load-balancing`` draws; ``aux_loss``:
-the recipe's natural routing under its auxiliary balance loss, ``workloads/routing.py``), and
-``model``: a preset or bundled Hugging Face config (MoE, MLA) that replaces the architecture
-columns. An empty micro_batch means 1. Rows whose config does not fit in memory are reported
-apart; rows that cannot be mapped (unknown GPU, an impossible strategy) are listed with the
-reason.
+the recipe's natural routing under its auxiliary balance loss, ``workloads/routing.py``),
+cuda_graphs (absent: full, host issue time not charged; ``none``: the recipe ran eager;
+``moe_router``: Megatron's graphs scoped to moe_router and moe_preprocess), and ``model``: a
+preset or bundled Hugging Face config (MoE, MLA) that replaces the architecture columns. An
+empty micro_batch means 1. Rows whose config does not fit in memory are reported apart; rows
+that cannot be mapped (unknown GPU, an impossible strategy) are listed with the reason.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ COLUMNS = frozenset((*REQUIRED, *SOFTWARE_COLUMNS, *TRAINING_COLUMNS, *FLAG_COLU
                      "recompute_modules", "layers_per_stage", "virtual_stages", "schedule",
                      "precision", "ep_dispatcher", "ep_dispatcher_sms", "cp_algorithm", "cp_a2a",
                      "capacity_factor", "offload_activation_layers", "moe_paged_stash_buffer",
-                     "router_balance"))
+                     "router_balance", "cuda_graphs"))
 """Every column a table may have (the module docstring says what each means); another is a
 typo that would otherwise be ignored."""
 
@@ -253,6 +254,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
         **{flag: _cell(row, flag, "false") for flag in FLAG_COLUMNS},
         "ep_dispatcher": _cell(row, "ep_dispatcher", "alltoall"), "etp": _int(row, "etp", 0),
         "ep_dispatcher_sms": _int(row, "ep_dispatcher_sms", 0),
+        "cuda_graphs": _cell(row, "cuda_graphs", "full"),
         "cp_algorithm": _cell(row, "cp_algorithm", "ring"), "cp_a2a": _int(row, "cp_a2a", 0),
         "zero": _int(row, "zero", 0), "recompute": _cell(row, "recompute", "none"),
         "recompute_layers": _int(row, "recompute_layers", 0),

@@ -16,11 +16,12 @@ experts (DeepSeek-V3's first three, Llama 4's interleaved ones) are plain tensor
 from __future__ import annotations
 
 from clustersim.workloads.axes import EXPERT_TENSOR_GROUP, Axis
-from clustersim.workloads.dispatch import DEFAULT_SMS, TokenRouting
+from clustersim.workloads.dispatch import DEFAULT_SMS, Dispatcher, TokenRouting
 from clustersim.workloads.layer_ops import Kernel
 from clustersim.workloads.routing import expert_load
 from clustersim.workloads.strategies.program import StageProgram, Steps
 from clustersim.workloads.strategies.tensor import TensorParallel
+from clustersim.workloads.strategy import CudaGraphs
 from clustersim.workloads.trace import CollectiveKind, Phase
 
 EXPERT_KERNEL_PREFIX = "expert"
@@ -72,6 +73,20 @@ class ExpertParallel:
                             groups_per_token=m.expert_group_limit or m.expert_groups,
                             sms=s.ep_dispatcher_sms or DEFAULT_SMS.get(s.ep_dispatcher, 0))
 
+    def _host_waits(self, backward: bool) -> tuple[bool, bool]:
+        """Whether a pass's host waits for the router's token counts before the dispatch, and
+        for the dispatch's before the experts (only without padding, ``MoeRouting.host_sync``;
+        never in backward, which reuses the forward's counts). Megatron-Core's all-to-all
+        dispatcher reads them before its all-to-all (``cuda_sync_point``
+        ``before_ep_alltoall``, ``transformer/moe/token_dispatcher.py``); DeepEP's and
+        HybridEP's dispatch return them on the device, and ``TEGroupedMLP.forward`` reads them
+        before the grouped GEMMs (``tokens_per_expert.tolist()``, ``transformer/moe/experts.py``:
+        Transformer Engine's GroupedLinear takes its ``m_splits`` as host integers)."""
+        if backward or not self.stage.job.training.moe.host_sync:
+            return False, False
+        alltoall = self.stage.strategy.ep_dispatcher is Dispatcher.ALLTOALL
+        return alltoall, not alltoall
+
     def mlp(self, name: str, phase: Phase, kernels: tuple[Kernel, ...],
             deps: tuple[int, ...]) -> Steps:
         """MoE MLP: router and permute, dispatch all-to-all, experts, combine all-to-all,
@@ -84,11 +99,17 @@ class ExpertParallel:
         if not self.active or "experts" not in parts:
             return self.tensor.block(name, phase, kernels, deps)
         ops, routing = self.stage.ops, self.routing()
-        first, last = ("after", "before") if phase is Phase.BACKWARD else ("before", "after")
-        router = ops.compute(f"{name}.{'unpermute' if first == 'after' else 'router'}", phase,
-                             parts.get(first, ()), deps)
+        backward = phase is Phase.BACKWARD
+        first, last = ("after", "before") if backward else ("before", "after")
+        # Megatron-Core's moe_router/moe_preprocess graphs hold the router's kernels, forward
+        # and backward. Where a forward's host waits for token counts: ``_host_waits``.
+        graphed = self.stage.strategy.cuda_graphs is CudaGraphs.MOE_ROUTER
+        router = ops.compute(f"{name}.{'unpermute' if backward else 'router'}", phase,
+                             parts.get(first, ()), deps, graphed=graphed and not backward)
+        before_dispatch, before_experts = self._host_waits(backward)
         dispatch = ops.collective(f"{name}.ep_dispatch", CollectiveKind.ALL_TO_ALL,
-                                  routing.payload_bytes, Axis.EP, (router,), routing=routing)
+                                  routing.payload_bytes, Axis.EP, (router,), routing=routing,
+                                  host_waits=(router,) if before_dispatch else ())
         etp = self.stage.strategy.expert_tp
         # What this rank received (as many tokens as it dispatched, balanced), gathered from
         # the ranks that split its experts, and their output scattered back.
@@ -97,7 +118,8 @@ class ExpertParallel:
             dispatch = ops.collective(f"{name}.etp_all_gather", CollectiveKind.ALL_GATHER, shared,
                                       Axis.EP, (dispatch,), group=EXPERT_TENSOR_GROUP)
         yield
-        mid = ops.compute(f"{name}.experts", phase, parts["experts"], (dispatch,))
+        mid = ops.compute(f"{name}.experts", phase, parts["experts"], (dispatch,),
+                          host_waits=(dispatch,) if before_experts else ())
         if etp > 1:
             mid = ops.collective(f"{name}.etp_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
                                  shared, Axis.EP, (mid,), group=EXPERT_TENSOR_GROUP)
@@ -107,5 +129,6 @@ class ExpertParallel:
         tail = parts.get("shared", ()) + parts.get(last, ())
         if not tail:
             return combine
-        return ops.compute(f"{name}.{'router' if last == 'before' else 'unpermute'}", phase,
-                           tail, (combine,))
+        router_only = backward and not parts.get("shared")
+        return ops.compute(f"{name}.{'router' if backward else 'unpermute'}", phase,
+                           tail, (combine,), graphed=graphed and router_only)

@@ -14,49 +14,73 @@ from clustersim.workloads.model import TransformerSpec
 from clustersim.workloads.stages import StagePlan
 from clustersim.workloads.strategy import Strategy
 from clustersim.workloads.trace import (
-    CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, Op, Phase, RecvOp, SendOp, Stream,
+    CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, HostOp, Op, Phase, RecvOp, SendOp,
+    Stream,
 )
 
 
 @dataclass
 class OpList:
-    """Appends ops to one program, tracking the last compute op for dependencies."""
+    """Appends ops to one program, tracking the last compute op for dependencies. When
+    ``eager``, each op's kernels are first issued by the host (a ``HostOp`` before it, which
+    it depends on): the host issues them in program order."""
 
     ops: list[Op] = field(default_factory=list)
     last_compute: int | None = None
+    eager: bool = False
 
     def _id(self) -> int:
         return len(self.ops)
 
-    def compute(self, name: str, phase: Phase, kernels: tuple[Kernel, ...],
-                deps: tuple[int, ...] = ()) -> int:
+    def _issued(self, name: str, launches: int, deps: tuple[int, ...],
+                host_waits: tuple[int, ...] = ()) -> tuple[int, ...]:
+        """``deps`` and, when eager, the host op that issues the next op's ``launches``
+        kernels after waiting for ``host_waits`` (a device-to-host sync)."""
+        if not self.eager or not launches:
+            return deps
         op_id = self._id()
-        self.ops.append(ComputeOp(op_id, name, phase, kernels, tuple(sorted(set(deps)))))
+        self.ops.append(HostOp(op_id, f"{name}.issue", launches, deps=host_waits))
+        return deps + (op_id,)
+
+    def compute(self, name: str, phase: Phase, kernels: tuple[Kernel, ...],
+                deps: tuple[int, ...] = (), *, graphed: bool = False,
+                host_waits: tuple[int, ...] = ()) -> int:
+        """``graphed``: its kernels replay from one CUDA graph (one launch when eager); an
+        eager host issues them after ``host_waits`` end (a device-to-host sync before them)."""
+        launches = 1 if graphed else sum(k.launches for k in kernels)
+        deps = self._issued(name, launches, tuple(sorted(set(deps))), host_waits)
+        op_id = self._id()
+        self.ops.append(ComputeOp(op_id, name, phase, kernels, deps))
         self.last_compute = op_id
         return op_id
 
     def collective(self, name: str, kind: CollectiveKind, nbytes: float, axis: Axis,
                    deps: tuple[int, ...] = (), *, group: str | None = None,
-                   per_rank_copies: bool = False, routing: TokenRouting | None = None) -> int:
+                   per_rank_copies: bool = False, routing: TokenRouting | None = None,
+                   host_waits: tuple[int, ...] = ()) -> int:
         """A collective on ``axis``'s stream over the group set named after the axis, or over
-        ``group`` (a partition that belongs to the axis, see ``workloads.axes``)."""
+        ``group`` (a partition that belongs to the axis, see ``workloads.axes``); an eager host
+        issues it after ``host_waits`` end (a device-to-host sync before it)."""
+        deps = self._issued(name, 1, tuple(sorted(set(deps))), host_waits)
         op_id = self._id()
         self.ops.append(CollectiveOp(op_id, name, kind, nbytes, group or axis.value,
-                                     Stream.of(axis), tuple(sorted(set(deps))), per_rank_copies,
-                                     routing))
+                                     Stream.of(axis), deps, per_rank_copies, routing))
         return op_id
 
     def send(self, name: str, peer: int, nbytes: float, tag: int, deps: tuple[int, ...]) -> int:
+        deps = self._issued(name, 1, deps)
         op_id = self._id()
         self.ops.append(SendOp(op_id, name, Axis.PP.value, peer, nbytes, tag, deps=deps))
         return op_id
 
     def recv(self, name: str, peer: int, nbytes: float, tag: int) -> int:
+        deps = self._issued(name, 1, ())
         op_id = self._id()
-        self.ops.append(RecvOp(op_id, name, Axis.PP.value, peer, nbytes, tag))
+        self.ops.append(RecvOp(op_id, name, Axis.PP.value, peer, nbytes, tag, deps=deps))
         return op_id
 
     def copy(self, name: str, kind: CopyKind, nbytes: float, deps: tuple[int, ...]) -> int:
+        deps = self._issued(name, 1, deps)
         op_id = self._id()
         self.ops.append(CopyOp(op_id, name, kind, nbytes, deps=deps))
         return op_id

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from clustersim.hardware_specs import SpecError
 from clustersim.workloads.trace import (
-    CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, MemoryOp, Op, Program, RecvOp,
-    SendOp, Stream, Trace,
+    CollectiveKind, CollectiveOp, ComputeOp, CopyKind, CopyOp, HostOp, MemoryOp, Op, Program,
+    RecvOp, SendOp, Stream, Trace,
 )
 from clustersim.workloads.trace_import.chakra import COMM_TYPE_NAMES, EXTENSION, NODE_TYPES, OWN_OP
 from clustersim.workloads.trace_io import op_to_dict
@@ -54,6 +54,8 @@ def _node(op: Op, ctrl: list[int]) -> dict:
         load = op.kind is CopyKind.HOST_TO_DEVICE
         node.update(NodeType=NODE_TYPES["MEM_LOAD_NODE" if load else "MEM_STORE_NODE"],
                     is_cpu_op=False, tensor_size=int(op.bytes))
+    elif isinstance(op, HostOp):  # the host's own work: a CPU compute node
+        node.update(NodeType=NODE_TYPES["COMP_NODE"], is_cpu_op=True)
     elif isinstance(op, MemoryOp):
         node.update(NodeType=NODE_TYPES["METADATA_NODE"], is_cpu_op=False)
     node[OWN_OP] = own
