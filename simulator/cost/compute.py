@@ -7,8 +7,11 @@
   a partial last wave idles SMs ("wave quantization", NVIDIA's Matrix Multiplication Background
   User's Guide), and each tile's K loop pays a fixed prologue/epilogue, so k/(k + K0) of it is
   useful work (normalised to the K of the max-achievable measurement).
-- Fused attention runs at ``peak x attention efficiency`` with the same tile/wave and K-loop terms
-  (query tiles over batch x heads; the key length plays K).
+- Fused attention runs at ``peak x attention efficiency`` with the same tile/wave term (query
+  tiles over batch x heads) and a key-loop term: each query tile pays a fixed cost plus, under
+  the causal mask, half a masked diagonal block, so longer key loops run closer to peak. The
+  efficiency is the one measured at its class's reference key length and the term is
+  normalised there (no cap: longer sequences run faster than the reference, as measured).
 - Element-wise kernels move bytes at ``HBM bandwidth x memory efficiency``.
 Every kernel is also bounded below by its HBM traffic (roofline) and pays a launch gap; a
 grouped GEMM run as one GEMM per expert pays a measured fixed cost for each of them, and fills
@@ -34,9 +37,31 @@ K_LOOP_OVERHEAD = 128
 """Equivalent K elements of fixed per-tile cost (prologue, epilogue, pipeline fill)."""
 K_REFERENCE = 2048
 """K of the shapes where max-achievable matmul FLOPS were measured (e.g. 6912x16384x2048)."""
-ATTENTION_KEY_OVERHEAD = 384
-"""Equivalent keys of fixed per-query-tile cost in flash attention (FA-2 reaches ~60% of its
-long-sequence throughput at 512 tokens, FA-2 paper Fig. 6)."""
+ATTENTION_KEY_OVERHEAD = 204
+"""Equivalent keys of fixed cost per query tile's key loop in flash attention (prologue, Q load,
+epilogue with the output write). FlashAttention-2 paper (arXiv 2307.08691) Fig. 4(b), A100 SXM4,
+forward + backward, head dim 128, no causal mask: 187 TFLOP/s at 2K, 203 at 16K; with
+k/(k + K0) that ratio gives 8 (2048 + K0) / (16384 + K0) = 203 / 187, K0 = 204. The causal curves
+of the same paper (A100 and H100) and FlashAttention-3's forward follow from it with the masked
+diagonal block (``ATTENTION_KEY_BLOCK``); tests/test_attention_key_length.py checks them."""
+ATTENTION_KEY_BLOCK = 128
+"""Keys per block of flash attention's key loop (FlashAttention-2 hdim-128 kernels: 128 x 64 to
+128 x 128 tiles). Under a causal mask each query tile's last block straddles the diagonal:
+half of it is masked, work done but not counted in the causal FLOPs."""
+ATTENTION_REFERENCE_KEYS = {
+    OpClass.ATTENTION: 16384,
+    OpClass.ATTENTION_FA3: 8192,
+    OpClass.ATTENTION_FA4: 8192,
+}
+"""Causal key length at which each class's ``efficiency`` ceiling was measured (the key-loop term
+is 1 there). ``attention`` (FlashAttention-2): the long end of the FlashAttention-2 paper's
+A100 figure (arXiv 2307.08691 Fig. 4: 187-203 TFLOP/s, 2K-16K, the A100 ceiling's source) and of
+FlashAttention-3's H100 figures (arXiv 2407.08608: "35% utilization" for FA2, its best, at 16K;
+the FA2 paper's own H100 figure: causal 328 TFLOP/s at 16K = 0.33 of 989), 16,384 tokens.
+``attention_fa3`` and ``attention_fa4``: ml-engineering insights/when-to-upgrade-gpus "Step
+decomposition @ 8k" (Llama-3.1-8B trained at 8,192 tokens on H200 and B200), 8,192 tokens.
+Devices that borrow a sibling's ceiling borrow its reference. Transformer Engine's 2024 cuDNN
+kernel is FlashAttention-2's rate times a ratio measured at 8K, on FlashAttention-2's curve."""
 NVFP4_OVER_FP8_GEMM = 7.161 / 3.764
 """NVFP4 GEMMs run 1.90x as fast as MXFP8 GEMMs of the same shapes: Transformer Engine's GEMM
 profiling tutorial (docs/examples/gemm_profiling/gemm_profiling.rst), B300 SXM6, the 12 GEMMs
@@ -84,10 +109,30 @@ def concurrent_gemms(k: Kernel) -> int:
     return k.batch if k.launches == 1 else min(k.batch, GROUPED_GEMM_STREAMS)
 
 
-def shape_factor(m: int, n: int, k: int, batch: int, sms: int, k_overhead: float) -> float:
-    """Fraction of the ceiling a tiled kernel of this shape reaches (see module docstring)."""
+def shape_factor(m: int, n: int, k: int, batch: int, sms: int) -> float:
+    """Fraction of the ceiling a tiled GEMM of this shape reaches (see module docstring)."""
     if min(m, n, k, batch) < 1:
         return 1.0    # nothing to tile (an expert that receives no token): no work, no waste
+    k_eff = (k / (k + K_LOOP_OVERHEAD)) / (K_REFERENCE / (K_REFERENCE + K_LOOP_OVERHEAD))
+    return tile_factor(m, n, batch, sms) * min(1.0, k_eff)
+
+
+def key_loop(span: float) -> float:
+    """Useful fraction of causal flash attention over ``span`` keys: a query tile attends to
+    span / 2 keys on average and pays ``ATTENTION_KEY_OVERHEAD`` for its key loop plus half a
+    masked diagonal block, so span / (span + 2 K0 + block)."""
+    return span / (span + 2 * ATTENTION_KEY_OVERHEAD + ATTENTION_KEY_BLOCK)
+
+
+def attention_key_factor(span: float, op: OpClass) -> float:
+    """The key-loop term relative to the key length where ``op``'s ceiling was measured: 1 at
+    ``ATTENTION_REFERENCE_KEYS[op]``, below it for shorter sequences, above it for longer ones
+    (a ring step of context parallelism is a kernel over its block's keys)."""
+    return key_loop(span) / key_loop(ATTENTION_REFERENCE_KEYS[op])
+
+
+def tile_factor(m: int, n: int, batch: int, sms: int) -> float:
+    """Best tile's per-SM throughput x wave quantisation x padding of an m x n output, batched."""
     best = 0.0
     for tm, tn, tile_eff in TILES:
         tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)
@@ -96,8 +141,7 @@ def shape_factor(m: int, n: int, k: int, batch: int, sms: int, k_overhead: float
         wave_eff = tiles / (waves * sms)
         pad_eff = (m * n) / (tiles_m * tm * tiles_n * tn)
         best = max(best, tile_eff * wave_eff * pad_eff)
-    k_eff = (k / (k + k_overhead)) / (K_REFERENCE / (K_REFERENCE + k_overhead))
-    return best * min(1.0, k_eff)
+    return best
 
 
 class ComputeModel:
@@ -143,13 +187,14 @@ class ComputeModel:
             if k.dtype is Dtype.NVFP4 and eff.matmul_fp8:
                 fp8_rate = eff.matmul_fp8 * self.device.flops(Dtype.FP8) * NVFP4_OVER_FP8_GEMM
                 ceiling = min(1.0, fp8_rate / self.device.flops(Dtype.NVFP4))
-            return ceiling * shape_factor(k.m, k.n, k.k, concurrent_gemms(k), sms,
-                                          K_LOOP_OVERHEAD)
+            return ceiling * shape_factor(k.m, k.n, k.k, concurrent_gemms(k), sms)
         if op in ATTENTION_CLASSES:
-            # Query tiles of 128 over batch x heads; the key length is the inner loop.
+            # Query tiles of 128 over batch x heads; the key length (n) is the inner loop.
             ceiling = {OpClass.ATTENTION_FA3: eff.attention_fa3,
                        OpClass.ATTENTION_FA4: eff.attention_fa4}.get(op, eff.attention)
-            return ceiling * shape_factor(k.m, 128, k.n, k.batch, sms, ATTENTION_KEY_OVERHEAD)
+            if min(k.m, k.n, k.batch) < 1:
+                return ceiling
+            return ceiling * tile_factor(k.m, 128, k.batch, sms) * attention_key_factor(k.n, op)
         return eff.memory
 
     def kernel_time(self, k: Kernel) -> float:

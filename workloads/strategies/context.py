@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from clustersim.hardware_specs.efficiency import ATTENTION_CLASSES
 from clustersim.workloads.axes import CP_A2A_GROUP, CP_RING_GROUP, Axis
 from clustersim.workloads.layer_ops import Kernel
 from clustersim.workloads.strategies.program import StageProgram
@@ -105,7 +106,8 @@ class ContextParallel:
         ops, ring = self.stage.ops, self.ring
         group = CP_RING_GROUP if self.algorithm is CpAlgorithm.HIERARCHICAL else None
         block = self.kv_block_bytes(backward)
-        piece = tuple(_scaled(k, 1.0 / ring) for k in core)
+        keys = max(1, self.stage.kernels.training.seq_len // ring)   # one K/V block's tokens
+        piece = tuple(_ring_piece(k, ring, keys) for k in core)
         exchange, last = None, ready[0] if ready else None
         for step in range(ring):
             core_deps = ready if step == 0 else (exchange,)
@@ -139,3 +141,13 @@ class ContextParallel:
 
 def _scaled(k: Kernel, factor: float) -> Kernel:
     return replace(k, flops=k.flops * factor, bytes=k.bytes * factor, exps=k.exps * factor)
+
+
+def _ring_piece(k: Kernel, ring: int, block_keys: int) -> Kernel:
+    """One ring step's share of a core kernel. A fused attention kernel's key loop runs over the
+    step's K/V block only (``n``: at most ``block_keys``; a local window may span fewer), so
+    each step pays the loop's fixed cost (simulator/cost/compute.py ``key_loop``)."""
+    piece = _scaled(k, 1.0 / ring)
+    if k.op_class not in ATTENTION_CLASSES:
+        return piece
+    return replace(piece, n=min(k.n, block_keys))
