@@ -45,9 +45,10 @@ k/(k + K0) that ratio gives 8 (2048 + K0) / (16384 + K0) = 203 / 187, K0 = 204. 
 of the same paper (A100 and H100) and FlashAttention-3's forward follow from it with the masked
 diagonal block (``ATTENTION_KEY_BLOCK``); tests/test_attention_key_length.py checks them."""
 ATTENTION_KEY_BLOCK = 128
-"""Keys per block of flash attention's key loop (FlashAttention-2 hdim-128 kernels: 128 x 64 to
-128 x 128 tiles). Under a causal mask each query tile's last block straddles the diagonal:
-half of it is masked, work done but not counted in the causal FLOPs."""
+"""Rows of a query tile (the 128 of the tile/wave term; FlashAttention-2/3 hdim-128 forward
+tiles are 128 queries tall). Under a causal mask the tile's last keys straddle the diagonal:
+the tile computes those 128 keys for every row, half of them masked for the average row, work
+done but not counted in the causal FLOPs."""
 ATTENTION_REFERENCE_KEYS = {
     OpClass.ATTENTION: 16384,
     OpClass.ATTENTION_FA3: 8192,
