@@ -53,10 +53,15 @@ def test_report_of_a_missing_folder_says_the_folder_is_missing(capsys, tmp_path)
     assert "damaged" not in err
 
 
-@pytest.mark.parametrize("key, field", [("cluster.gpuu", "did you mean gpu?"),
-                                        ("clusterr.gpu", "did you mean cluster?")])
-def test_a_typo_in_a_vary_key_is_one_error_line_before_anything_runs(capsys, key, field):
-    code, out, err = run(capsys, "compare", "llama3_8b_fsdp", "--vary", f"{key}=h100-sxm,h200")
+@pytest.mark.parametrize("key, values, field", [
+    ("cluster.gpuu", "h100-sxm,h200", "did you mean gpu?"),
+    ("clusterr.gpu", "h100-sxm,h200", "did you mean cluster?"),
+    ("cluster.gpu", "h100-sxm,h2OO", "unknown device 'h2OO'"),
+    ("cluster.node", "dgx-h100,dgx-h1OO", "dgx-h1OO"),
+])
+def test_a_typo_in_a_vary_key_or_value_is_one_error_line_before_anything_runs(capsys, key,
+                                                                               values, field):
+    code, out, err = run(capsys, "compare", "llama3_8b_fsdp", "--vary", f"{key}={values}")
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith(f"error: --vary: {key}: ") and field in err
 

@@ -83,8 +83,9 @@ def variants(paths: Sequence[str], vary: Sequence[tuple[str, list]]) -> list[tup
 
 def check_vary_keys(todo: Sequence[tuple[str, dict, Path]], keys: Sequence[str],
                     catalog: Sequence[str]) -> None:
-    """A ``--vary`` key that names no config field is one error, before anything runs (not
-    one failed row per variant)."""
+    """A ``--vary`` key that names no config field, or a value that names no catalog entry
+    (``cluster.gpu=h2OO``), is one error before anything runs (not a "not run" row beside the
+    variants that ran, with exit status 0)."""
     for _, raw, base_dir in todo:
         try:
             if is_shared(raw):
@@ -93,7 +94,7 @@ def check_vary_keys(todo: Sequence[tuple[str, dict, Path]], keys: Sequence[str],
                 from_mapping(raw, base_dir, catalog)
         except SpecError as err:
             typo = next((k for k in keys if k == err.field or k.startswith(f"{err.field}.")), None)
-            if typo and err.message.startswith("unknown field"):
+            if typo and err.message.startswith("unknown "):
                 detail = err.message if err.field == typo else str(err)
                 raise SpecError("--vary", f"{typo}: {detail}") from None
 
