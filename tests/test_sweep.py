@@ -156,9 +156,12 @@ def test_killed_sweep_resumes_without_losing_or_recomputing_a_point(tmp_path, si
     cfg = write_config(tmp_path, sweep={"micro_batch": [1], "cp": [1, 2],
                                         "prune_dominated": False})
     out = tmp_path / "run"
+    # Ctrl-C as a terminal delivers it: a test runner started in the background (``cmd &``)
+    # passes SIGINT on ignored, and Python then keeps ignoring it, so restore its default.
     proc = subprocess.Popen([sys.executable, "-m", "clustersim", "sweep", str(cfg), "--out",
                              str(out), "--workers", "2"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     points = out / POINTS
     deadline = time.time() + 120
     while time.time() < deadline:
