@@ -74,6 +74,10 @@ class Held:
     gradients: float
     buffers: float
 
+    @property
+    def total(self) -> float:
+        return self.activations + self.gradients + self.buffers
+
 
 def rank_actions(schedule: Schedule, pp: int, virtual_stages: int, micro: int,
                  rank: int) -> tuple[Action, ...]:
@@ -131,7 +135,6 @@ def peak_held(actions: Sequence[Action], chunks: Sequence[ChunkBytes], micro: in
             backwards[a.chunk] += 1
             if backwards[a.chunk] == micro:
                 grads += c.reduced - c.gradients
-        if sum((now.activations, now.gradients, now.buffers)) > sum(
-                (best.activations, best.gradients, best.buffers)):
+        if now.total > best.total:
             best = now
     return best
