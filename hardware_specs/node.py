@@ -82,6 +82,12 @@ class NodeSpec:
     x86 hosts, 2 us on AMD x86, 1 us elsewhere (NCCL ``src/graph/tuning.cc``,
     ``getNetOverhead``). Every step of a ring that crosses nodes waits for one (three with the
     Simple protocol), and an all-to-all posts one send and one receive per remote peer."""
+    eager_issue_s: float = 13.48e-6
+    """Host CPU time to issue one kernel from eager PyTorch (module call, dispatcher, CUDA
+    launch), charged where kernels run outside CUDA graphs (``simulator/cost/host.py``).
+    Default: one BF16 ``torch.nn.Linear`` forward (one GEMM) on a DGX H100's Xeon Platinum
+    8480C, 13.48 us (TransformerEngine issue #2053); the same issue measured 33.17 us on
+    GH200's and 37.08 us on GB200's Grace hosts."""
     net_simple_protocol_only: bool = False
     """The network transport carries only NCCL's Simple protocol (no LL/LL128 across nodes):
     AWS EFA, where the aws-ofi-nccl plugin sets ``NCCL_PROTO=simple`` on its platforms, and
@@ -142,6 +148,7 @@ def read_node(f: Fields) -> NodeSpec:
         scale_up_efficiency=f.number("scale_up_efficiency", 0.85, minimum=0.05, maximum=1.0),
         nic_efficiency=f.number("nic_efficiency", 0.92, minimum=0.05, maximum=1.0),
         net_post_overhead_s=f.quantity("net_post_overhead", Quantity.TIME, 1e-6),
+        eager_issue_s=f.quantity("eager_issue_time", Quantity.TIME, 13.48e-6),
         net_simple_protocol_only=f.boolean("net_simple_protocol_only", False),
         net_plugin_latency_s=f.quantity("net_plugin_latency", Quantity.TIME, 0.0, positive=False),
         nccl_buffer_bytes=int(f.quantity("nccl_buffsize", Quantity.BYTES, float(1 << 22))),

@@ -30,13 +30,15 @@ class ClassState:
     __slots__ = ("cls", "compute", "ops", "finish", "arrive", "previous", "waiters", "activity",
                  "seq", "signature", "instances",
                  "compute_slow", "link_slow", "nic_slow", "nvlink_slow", "launch_s", "stall_s",
-                 "send_posted", "group_classes", "blocked", "fixed", "evented")
+                 "issue_s", "send_posted", "group_classes", "blocked", "fixed", "evented")
 
     def __init__(self, cls: RankClass, ops: tuple[Op, ...], condition: tuple[float, ...],
-                 interference: Interference, compute: ComputeCost):
+                 interference: Interference, compute: ComputeCost, issue_s: float):
         self.cls = cls
         self.compute = compute
         """The compute model of this class's device."""
+        self.issue_s = issue_s
+        """Its host's time to issue one kernel eagerly (``NodeSpec.eager_issue_s``)."""
         self.ops = ops
         self.finish: list[float] = [math.nan] * len(ops)
         self.arrive: list[float] = [0.0] * len(ops)

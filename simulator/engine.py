@@ -138,6 +138,7 @@ class StepSimulation:
             try:
                 self.lanes = LaneReplay(
                     trace, self.classes, self.class_of, computes=self.computes,
+                    issue_s=tuple(g.node.eager_issue_s for g in cluster.device_groups),
                     device_group=cluster.group_of_rank, network=self.network,
                     memory=self.memory, env=self.env, flows=self.flows, faults=faults,
                     device_of=self.device_of, record=options.record)
@@ -162,7 +163,8 @@ class StepSimulation:
         self.classes, self.class_of = rank_classes(self.trace, self._conditions(), expand=expand)
         self.states = [
             ClassState(c, self.trace.programs[c.program].ops, faults.condition(c.representative),
-                        self.interference, self.computes[group(c.representative)])
+                       self.interference, self.computes[group(c.representative)],
+                       cluster.device_groups[group(c.representative)].node.eager_issue_s)
             for c in self.classes]
 
     # --- structure ----------------------------------------------------------------------
@@ -276,7 +278,7 @@ class StepSimulation:
         if isinstance(op, CopyOp):
             return self.memory.copy_time(op.kind, op.bytes)
         if isinstance(op, HostOp):
-            return issue_time(op.launches, st.launch_s)
+            return issue_time(op.launches, st.issue_s, st.launch_s)
         if isinstance(op, MemoryOp):
             return 0.0
         return None
@@ -369,7 +371,7 @@ class StepSimulation:
             elif isinstance(op, CopyOp):
                 yield env.timeout(self.memory.copy_time(op.kind, op.bytes))
             elif isinstance(op, HostOp):
-                yield env.timeout(issue_time(op.launches, st.launch_s))
+                yield env.timeout(issue_time(op.launches, st.issue_s, st.launch_s))
             self._done(st, op)
 
     def _busy(self, st: ClassState, op: ComputeOp) -> float:

@@ -86,13 +86,16 @@ class _LaneClass:
     """Run-time state of one class: per op, its lanes' end times."""
 
     __slots__ = ("cls", "ops", "end", "done", "previous", "waiters", "seq", "slow", "launch_s",
-                 "stall_s", "first_compute", "computes", "device_group", "send_posted")
+                 "stall_s", "issue_s", "first_compute", "computes", "device_group", "send_posted")
 
     def __init__(self, cls: RankClass, ops: tuple[Op, ...], slow: Lanes, launch_s: Lanes,
-                 stall_s: Lanes, computes: tuple[ComputeCost, ...], device_group: Lanes):
+                 stall_s: Lanes, issue_s: Lanes, computes: tuple[ComputeCost, ...],
+                 device_group: Lanes):
         self.cls, self.ops, self.slow = cls, ops, slow
         self.launch_s, self.stall_s = launch_s, stall_s
-        """Host seconds per kernel launch; how late the step's input arrives."""
+        """Host seconds per kernel launch on a slow host; how late the step's input arrives."""
+        self.issue_s = issue_s
+        """Each lane's host time to issue one kernel eagerly (its node's)."""
         self.first_compute = -1
         """The first op of the compute stream (it waits for the input)."""
         self.computes, self.device_group = computes, device_group
@@ -109,11 +112,13 @@ class LaneReplay:
     """One expanded replay (see the module docstring); :meth:`replay` gives its records."""
 
     def __init__(self, trace: Trace, classes: tuple[RankClass, ...], class_of: np.ndarray, *,
-                 computes: tuple[ComputeCost, ...], device_group: Callable[[int], int],
+                 computes: tuple[ComputeCost, ...], issue_s: tuple[float, ...],
+                 device_group: Callable[[int], int],
                  network: NetworkCost, memory: MemoryCost, env: simpy.Environment,
                  flows: FlowNetwork | None, faults: Faults, device_of: Callable[[int], int],
                  record: bool):
-        """``computes``: one compute model per device group, ``device_group``: a rank's group;
+        """``computes``: one compute model per device group, ``issue_s`` its host's time to
+        issue one kernel eagerly, ``device_group``: a rank's group;
         ``flows`` None: the analytic network model. Raises :class:`Unsupported` at once for a
         trace whose ranks of one class meet different classes at one op."""
         self.trace, self.classes, self.class_of = trace, classes, class_of
@@ -134,6 +139,7 @@ class LaneReplay:
         stall = _per_rank(faults.input_stall_s, world, 0.0)
         groups = (np.array([device_group(r) for r in range(world)], dtype=np.float64)
                   if len(computes) > 1 else None)
+        issue = None if groups is None else np.array(issue_s)[groups.astype(np.int64)]
 
         def lanes_of(per_rank: np.ndarray | None, members: np.ndarray, default: float) -> Lanes:
             return default if per_rank is None else settle(per_rank[members])
@@ -141,7 +147,8 @@ class LaneReplay:
         self.states = [
             _LaneClass(c, trace.programs[c.program].ops, lanes_of(straggle, ranks[c.index], 1.0),
                        lanes_of(launch, ranks[c.index], 0.0), lanes_of(stall, ranks[c.index], 0.0),
-                       computes, lanes_of(groups, ranks[c.index], 0.0))
+                       lanes_of(issue, ranks[c.index], issue_s[0]), computes,
+                       lanes_of(groups, ranks[c.index], 0.0))
             for c in classes]
         self.meetings: dict[tuple, _Meeting] = {}
         self._tables: dict[tuple, CollectiveTable | PairTable] = {}
@@ -232,10 +239,10 @@ class LaneReplay:
     @staticmethod
     def _issue_s(st: _LaneClass, op: HostOp) -> Lanes:
         """Each lane's host time to issue ``op``'s kernels (a slow host's where longer)."""
-        launch = st.launch_s
-        if isinstance(launch, float):
-            return issue_time(op.launches, launch)
-        return settle(np.maximum(issue_time(op.launches), op.launches * launch))
+        launch, issue = st.launch_s, st.issue_s
+        if isinstance(launch, float) and isinstance(issue, float):
+            return issue_time(op.launches, issue, launch)
+        return settle(op.launches * np.maximum(issue, launch))
 
     def _run_for(self, ready: Lanes, duration: Lanes):
         """Lanes busy from ``ready`` for ``duration``; the process wakes at the latest end."""

@@ -25,12 +25,20 @@ from tests.test_moe_trace import SMALL_DEEPSEEK
 ISSUE_MS = EAGER_ISSUE_S / MS
 
 
-def test_the_eager_cost_is_te_issue_2053s_torch_linear_on_a_dgx_h100():
+def test_the_eager_cost_is_te_issue_2053s_torch_linear_on_each_host(catalog):
     """13.48 us of CPU time per torch.nn.Linear forward (one GEMM kernel) on the DGX H100's
-    Xeon Platinum 8480C; a slow host's longer launch time wins."""
+    Xeon Platinum 8480C (every x86 node's), 33.17 us on GH200's and 37.08 us on GB200's Grace
+    (GB300's trays carry the same Grace); a slow host's longer launch time wins."""
     assert EAGER_ISSUE_S == 13.48e-6
-    assert issue_time(10) == pytest.approx(134.8e-6, rel=1e-12)
-    assert issue_time(10, slow_host_s=40e-6) == pytest.approx(400e-6, rel=1e-12)
+    hosts = {name: catalog.nodes[name].eager_issue_s for name in
+             ("dgx-h100", "dgx-b200", "jupiter-gh200", "gb200-nvl72", "azure-nd-gb200-v6",
+              "gb300-nvl72")}
+    assert hosts == pytest.approx({"dgx-h100": 13.48e-6, "dgx-b200": 13.48e-6,
+                                   "jupiter-gh200": 33.17e-6, "gb200-nvl72": 37.08e-6,
+                                   "azure-nd-gb200-v6": 37.08e-6, "gb300-nvl72": 37.08e-6},
+                                  rel=1e-12)
+    assert issue_time(10, EAGER_ISSUE_S) == pytest.approx(134.8e-6, rel=1e-12)
+    assert issue_time(10, EAGER_ISSUE_S, slow_host_s=40e-6) == pytest.approx(400e-6, rel=1e-12)
 
 
 def _two_ops(sync: bool, launches: int):
@@ -69,7 +77,7 @@ def test_after_a_sync_the_device_waits_for_the_host_to_issue_the_stretch():
 
 def _moe_job(graphs: CudaGraphs, moe: MoeRouting = MoeRouting(), **strategy) -> Job:
     training = TrainingSpec(seq_len=512, global_batch=8, moe=moe)
-    s = Strategy(dp=4, pp=2, ep=4, cuda_graphs=graphs, **strategy)
+    s = Strategy(**({"dp": 4, "pp": 2, "ep": 4, "cuda_graphs": graphs} | strategy))
     return Job(from_mapping(SMALL_DEEPSEEK), training, s).checked(8)
 
 
@@ -170,3 +178,41 @@ def test_a_dense_model_issued_eagerly_never_waits_for_the_device():
     from tests.conftest import tiny_job
     t = build_trace(tiny_job(Strategy(dp=2, tp=2, cuda_graphs=CudaGraphs.NONE)))
     assert _host_ops(t) and not [op for op in _host_ops(t) if op.deps]
+
+
+def test_attn_graphs_launch_each_attention_module_once_and_the_router_too():
+    """``attn_moe_router``: the attention module (its kernels and its TP communication)
+    replays from one graph, one launch issued before its first op; later ops of the module
+    follow that launch and issue nothing of their own. The forward router stays graphed."""
+    graphed = build_trace(_moe_job(CudaGraphs.ATTN_MOE_ROUTER, tp=2, dp=2, etp=1, sequence_parallel=True)).programs[0].ops
+    router = build_trace(_moe_job(CudaGraphs.MOE_ROUTER, tp=2, dp=2, etp=1, sequence_parallel=True)).programs[0].ops
+
+    def attention_launches(ops):
+        return sum(op.launches for op in ops if isinstance(op, HostOp) and ".attn" in op.name)
+    attn_ops = [op for op in graphed if ".attn" in op.name and not isinstance(op, HostOp)]
+    modules = {op.name.split(".attn")[0] for op in attn_ops}
+    assert attention_launches(graphed) == len(modules)
+    assert attention_launches(router) > 2 * len(modules)
+    for op in attn_ops:   # each waits for its module's one launch
+        assert any(isinstance(graphed[d], HostOp) and graphed[d].name.split(".attn")[0]
+                   == op.name.split(".attn")[0] for d in op.deps)
+    assert {graphed[op.id - 1].launches for op in graphed if isinstance(op, ComputeOp)
+            and op.name.startswith("fwd") and op.name.endswith("mlp.router")} == {1}
+    assert strategy_from_mapping({"cuda_graphs": "attn_moe_router"}).cuda_graphs \
+        is CudaGraphs.ATTN_MOE_ROUTER
+
+
+def test_a_grace_host_issues_each_kernel_at_its_own_measured_cost(catalog):
+    """The same eager trace on a GB200 rack (Grace host, 37.08 us a kernel) and on DGX B200s
+    (x86, 13.48 us): each host op takes its node's cost times its launches."""
+    t = build_trace(_moe_job(CudaGraphs.NONE))
+
+    def issue_ms(node):
+        cluster = catalog.cluster(device=catalog.nodes[node].device, num_devices=8, node=node)
+        result = StepSimulation(t, cluster).run()
+        ops = t.programs[0].ops
+        return {r.name: (r.end - r.start) / MS / ops[r.op_id].launches for r in result.records
+                if r.rank_class == 0 and isinstance(ops[r.op_id], HostOp)}
+    grace, xeon = issue_ms("gb200-nvl72"), issue_ms("dgx-b200")
+    assert grace and sorted(grace.values()) == pytest.approx([37.08e-3] * len(grace), rel=1e-9)
+    assert xeon and sorted(xeon.values()) == pytest.approx([13.48e-3] * len(xeon), rel=1e-9)

@@ -130,12 +130,26 @@ class CudaGraphs(enum.Enum):
     FULL = "full"
     """Every kernel: the host's issue time is not charged (the default; also Megatron's
     full-iteration graphs)."""
+    ATTN_MOE_ROUTER = "attn_moe_router"
+    """Megatron-Core's Transformer Engine graphs scoped to ``attn``, ``moe_router`` and
+    ``moe_preprocess``: as ``moe_router``, and each layer's attention module (norm,
+    projections, core attention and their TP/CP communication) replays from one graph."""
     MOE_ROUTER = "moe_router"
     """Megatron-Core's Transformer Engine graphs scoped to ``moe_router`` and
     ``moe_preprocess`` (``--cuda-graph-scope``): the router's kernels, up to the dispatcher's
     sync, replay from a graph (one launch); every other kernel is issued eagerly."""
     NONE = "none"
     """No graphs: eager PyTorch issues every kernel."""
+
+    @property
+    def router(self) -> bool:
+        """A MoE layer's router replays from a graph (its host issues one launch)."""
+        return self in (CudaGraphs.ATTN_MOE_ROUTER, CudaGraphs.MOE_ROUTER)
+
+    @property
+    def attention(self) -> bool:
+        """Each attention module replays from one graph (one launch)."""
+        return self is CudaGraphs.ATTN_MOE_ROUTER
 
 
 def _prefetch(f: Fields) -> Zero3Prefetch:
@@ -615,9 +629,10 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
     _check_context(s, model, path)
     if model.is_moe:
         _check_experts(s, model, path)
-    elif s.cuda_graphs is CudaGraphs.MOE_ROUTER:
-        raise SpecError(f"{path}.cuda_graphs", "moe_router graphs a MoE layer's router and need "
-                        "a mixture-of-experts model (model.num_experts > 1); none or full")
+    elif s.cuda_graphs.router:
+        raise SpecError(f"{path}.cuda_graphs", f"{s.cuda_graphs.value} graphs a MoE layer's "
+                        "router and needs a mixture-of-experts model (model.num_experts > 1); "
+                        "none or full")
     elif s.ep != 1 or s.etp or s.moe_paged_stash_buffer:
         field = "ep" if s.ep != 1 else "etp" if s.etp else "moe_paged_stash_buffer"
         raise SpecError(f"{path}.{field}", f"{getattr(s, field)} needs a mixture-of-experts model "

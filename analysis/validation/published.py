@@ -22,7 +22,8 @@ dropless; set: Megatron-Core's token-drop recipe, ``--moe-expert-capacity-factor
 router_balance (absent: uniform, what ``--moe-router-force-load-balancing`` draws; ``aux_loss``:
 the recipe's natural routing under its auxiliary balance loss, ``workloads/routing.py``),
 cuda_graphs (absent: full, host issue time not charged; ``none``: the recipe ran eager;
-``moe_router``: Megatron's graphs scoped to moe_router and moe_preprocess), and ``model``: a
+``moe_router``: Megatron's graphs scoped to moe_router and moe_preprocess; ``attn_moe_router``:
+scoped to attn as well), and ``model``: a
 preset or bundled Hugging Face config (MoE, MLA) that replaces the architecture columns. An
 empty micro_batch means 1. Rows whose config does not fit in memory are reported apart; rows
 that cannot be mapped (unknown GPU, an impossible strategy) are listed with the reason.

@@ -75,7 +75,13 @@ class ContextParallel:
     # --- the attention block -----------------------------------------------------------------
     def attention(self, name: str, phase: Phase, kernels: tuple[Kernel, ...],
                   deps: tuple[int, ...], backward: bool) -> int:
-        """The attention block; with cp > 1 its core waits for (or streams) the K/V exchange."""
+        """The attention block; with cp > 1 its core waits for (or streams) the K/V exchange.
+        Under ``attn`` CUDA graphs the whole block replays from one graph."""
+        with self.stage.ops.graph(self.stage.strategy.cuda_graphs.attention):
+            return self._attention(name, phase, kernels, deps, backward)
+
+    def _attention(self, name: str, phase: Phase, kernels: tuple[Kernel, ...],
+                   deps: tuple[int, ...], backward: bool) -> int:
         if self.degree == 1:
             return self.tensor.block(name, phase, kernels, deps)
         ops = self.stage.ops

@@ -21,7 +21,6 @@ from clustersim.workloads.layer_ops import Kernel
 from clustersim.workloads.routing import expert_load
 from clustersim.workloads.strategies.program import StageProgram, Steps
 from clustersim.workloads.strategies.tensor import TensorParallel
-from clustersim.workloads.strategy import CudaGraphs
 from clustersim.workloads.trace import CollectiveKind, Phase
 
 EXPERT_KERNEL_PREFIX = "expert"
@@ -103,7 +102,7 @@ class ExpertParallel:
         first, last = ("after", "before") if backward else ("before", "after")
         # Megatron-Core's moe_router/moe_preprocess graphs hold the router's kernels, forward
         # and backward. Where a forward's host waits for token counts: ``_host_waits``.
-        graphed = self.stage.strategy.cuda_graphs is CudaGraphs.MOE_ROUTER
+        graphed = self.stage.strategy.cuda_graphs.router
         router = ops.compute(f"{name}.{'unpermute' if backward else 'router'}", phase,
                              parts.get(first, ()), deps, graphed=graphed and not backward)
         before_dispatch, before_experts = self._host_waits(backward)

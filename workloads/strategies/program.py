@@ -3,7 +3,8 @@ strategy reads to emit its part (the job, the stage, one device's kernels)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from clustersim.workloads.axes import Axis
@@ -28,6 +29,8 @@ class OpList:
     ops: list[Op] = field(default_factory=list)
     last_compute: int | None = None
     eager: bool = False
+    _graph: list[int] | None = None
+    """Inside ``graph``: the host op that launches the graph, once the first op made it."""
 
     def _id(self) -> int:
         return len(self.ops)
@@ -35,12 +38,32 @@ class OpList:
     def _issued(self, name: str, launches: int, deps: tuple[int, ...],
                 host_waits: tuple[int, ...] = ()) -> tuple[int, ...]:
         """``deps`` and, when eager, the host op that issues the next op's ``launches``
-        kernels after waiting for ``host_waits`` (a device-to-host sync)."""
+        kernels after waiting for ``host_waits`` (a device-to-host sync). Inside ``graph``
+        the first op's host op launches the graph (one launch), and every later op of it
+        follows that launch."""
         if not self.eager or not launches:
             return deps
+        if self._graph:
+            return deps + (self._graph[0],)
         op_id = self._id()
-        self.ops.append(HostOp(op_id, f"{name}.issue", launches, deps=host_waits))
+        self.ops.append(HostOp(op_id, f"{name}.issue",
+                               1 if self._graph is not None else launches, deps=host_waits))
+        if self._graph is not None:
+            self._graph.append(op_id)
         return deps + (op_id,)
+
+    @contextmanager
+    def graph(self, captured: bool = True) -> Iterator[None]:
+        """The ops emitted inside replay from one CUDA graph (when ``captured``): the host
+        launches it once, whatever kernels and collectives it holds."""
+        if not captured or self._graph is not None:
+            yield
+            return
+        self._graph = []
+        try:
+            yield
+        finally:
+            self._graph = None
 
     def compute(self, name: str, phase: Phase, kernels: tuple[Kernel, ...],
                 deps: tuple[int, ...] = (), *, graphed: bool = False,
