@@ -75,10 +75,6 @@ OFF = {
     "3.4 ms of GPU work modelled; its 25.09 token-drop twin "
     "(no sync, whole layers CUDA-graphed) runs 1.94x as fast and is itself predicted -22%; "
     + HOST_BOUND,
-    "mb2511_qwen3_30b_a3b_gb200_8gpu_mxfp8": "-21% (-28% before the host's eager issue was "
-    "modelled, at a DGX H100's cost, not Grace's) at micro-batch 4 with the recipe's HybridEP run "
-    "as DeepEP, as its 25.09 token-drop twin (-23.9%, no slower than this dropless run); "
-    + GPU_GAP,
     "mb2509_qwen3_30b_a3b_b200_8gpu_fp8_tokendrop": "-22% " + GPU_GAP,
     "mb2509_qwen3_30b_a3b_gb200_8gpu_fp8_tokendrop": "-24% " + GPU_GAP,
     "mb2509_qwen3_30b_a3b_h100_16gpu_fp8_tokendrop": "-17% (kernels issued eagerly, no graphs) "
