@@ -5,7 +5,8 @@ is charged to the op that ended it (the dep or stream predecessor that finished 
 of that op's own wait before it was even ready to the op that held *it* back, and so on down the
 chain. A collective or a send charges its axis (exposed TP/CP/EP/PP/DP communication); a recv
 charges pipeline bubble while the matching send had not been posted and PP communication after;
-a host copy charges offload; anything else is "other". The parts sum to the class's finish time.
+a host copy charges offload, the host issuing kernels eagerly charges host; anything else is
+"other". The parts sum to the class's finish time.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from collections.abc import Sequence
 
 from clustersim.simulator.records import ClassTimeline
 from clustersim.simulator.result import AXES, Breakdown, charged_axis
-from clustersim.workloads.trace import CollectiveOp, CopyOp, Op, Phase, RecvOp, SendOp, Stream
+from clustersim.workloads.trace import (
+    CollectiveOp, CopyOp, HostOp, Op, Phase, RecvOp, SendOp, Stream,
+)
 
 _TINY_S = 1e-12
 """Gaps shorter than this are rounding, not waiting."""
@@ -52,6 +55,8 @@ def _charge(ops: Sequence[Op], timeline: ClassTimeline, op_id: int, a: float, b:
                 parts[charged_axis(op)] += b - own
             elif isinstance(op, CopyOp):
                 parts["offload"] += b - own
+            elif isinstance(op, HostOp):
+                parts["host"] += b - own
             else:
                 parts["other"] += b - own
         b = min(b, ready[op_id])
@@ -64,7 +69,7 @@ def breakdown(ops: Sequence[Op], timeline: ClassTimeline, until_s: float = math.
     """The breakdown of one rank class's step (see the module docstring). With ``until_s``,
     only what its compute ops ending by then and the waits before them add (no tail): the
     part of the step up to that op, so two such prefixes differ by what happened between."""
-    parts = {a: 0.0 for a in AXES} | {"bubble": 0.0, "offload": 0.0, "other": 0.0}
+    parts = {a: 0.0 for a in AXES} | {"bubble": 0.0, "offload": 0.0, "host": 0.0, "other": 0.0}
     compute = optimizer = 0.0
     prev_end = 0.0
     compute_stream = Stream.COMPUTE.value
@@ -86,4 +91,4 @@ def breakdown(ops: Sequence[Op], timeline: ClassTimeline, until_s: float = math.
         _charge(ops, timeline, last, prev_end, finish, parts)
     exposed = {a: parts[a] for a in AXES}
     return Breakdown(compute, exposed, parts["bubble"], optimizer, parts["other"],
-                     parts["offload"])
+                     parts["offload"], parts["host"])

@@ -21,11 +21,12 @@ from clustersim.simulator.result import AXES, Breakdown, StepResult
 from clustersim.workloads.axes import Axis
 from clustersim.workloads.trace import Trace
 
-PARTS = ("compute",) + AXES + ("bubble", "optimizer", "offload", "other")
+PARTS = ("compute",) + AXES + ("bubble", "optimizer", "offload", "host", "other")
 _WAIT_AXIS = {a: a for a in AXES} | {"bubble": Axis.PP.value}
 """The group set a part's waits go through (bubble: waiting on a pipeline neighbour)."""
 _PART_NAMES = {"compute": "own compute", "bubble": "pipeline bubble", "optimizer": "optimizer",
-               "offload": "offload copies", "other": "other waits (input, launches)"}
+               "offload": "offload copies", "host": "host issue",
+               "other": "other waits (input, launches)"}
 GROWTH_FLOOR_S = 1e-6
 """Growth below a microsecond is rounding, not a wait."""
 
@@ -33,7 +34,7 @@ GROWTH_FLOOR_S = 1e-6
 def parts(b: Breakdown) -> dict[str, float]:
     """A breakdown as ``{part: seconds}`` with communication split by axis."""
     out = {"compute": b.compute_s, "bubble": b.bubble_s, "optimizer": b.optimizer_s,
-           "offload": b.offload_s, "other": b.other_s}
+           "offload": b.offload_s, "host": b.host_s, "other": b.other_s}
     out.update({a: b.exposed_comm_s.get(a, 0.0) for a in AXES})
     return out
 

@@ -36,28 +36,31 @@ class Breakdown:
     offload_s: float = 0.0
     """Waiting on host <-> device copies of offloaded state (ZeRO-Offload, activation
     offload) that the compute stream could not hide."""
+    host_s: float = 0.0
+    """Waiting on the host to issue kernels eagerly (``cuda_graphs`` other than ``full``):
+    after a device-to-host sync, or wherever the host falls behind the device."""
 
     @property
     def total_s(self) -> float:
         return (self.compute_s + sum(self.exposed_comm_s.values()) + self.bubble_s
-                + self.optimizer_s + self.offload_s + self.other_s)
+                + self.optimizer_s + self.offload_s + self.host_s + self.other_s)
 
     def to_dict(self) -> dict:
         return {"compute_s": self.compute_s,
                 "exposed_comm_s": {a: self.exposed_comm_s.get(a, 0.0) for a in AXES},
                 "bubble_s": self.bubble_s, "optimizer_s": self.optimizer_s,
-                "offload_s": self.offload_s, "other_s": self.other_s}
+                "offload_s": self.offload_s, "host_s": self.host_s, "other_s": self.other_s}
 
     def columns(self) -> dict[str, float]:
         """The parts as flat :data:`BREAKDOWN_COLUMNS`, as tables and sweeps store them."""
         return {"compute_s": self.compute_s,
                 **{f"exposed_{a}_s": self.exposed_comm_s.get(a, 0.0) for a in AXES},
                 "bubble_s": self.bubble_s, "optimizer_s": self.optimizer_s,
-                "offload_s": self.offload_s, "other_s": self.other_s}
+                "offload_s": self.offload_s, "host_s": self.host_s, "other_s": self.other_s}
 
 
 BREAKDOWN_COLUMNS = ("compute_s", *(f"exposed_{a}_s" for a in AXES), "bubble_s", "optimizer_s",
-                     "offload_s", "other_s")
+                     "offload_s", "host_s", "other_s")
 """Flat column names of a breakdown's parts, in display order."""
 
 

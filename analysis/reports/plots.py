@@ -15,7 +15,7 @@ from clustersim.simulator.result import AXES, BREAKDOWN_COLUMNS  # noqa: E402
 from clustersim.workloads.memory import GIB  # noqa: E402
 
 PART_LABELS = {"compute_s": "compute", "bubble_s": "pipeline bubble", "optimizer_s": "optimizer",
-               "offload_s": "offload copies", "other_s": "other",
+               "offload_s": "offload copies", "host_s": "host issue", "other_s": "other",
                **{f"exposed_{a}_s": f"exposed {a.upper()} comm" for a in AXES}}
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "comm_buffers", "fragmentation",
                 "reserve")
@@ -28,7 +28,7 @@ def breakdown_bars(rows: Sequence[Mapping], labels: Sequence[str]) -> Figure:
     y = list(range(len(rows)))[::-1]
     left = [0.0] * len(rows)
     for i, part in enumerate(BREAKDOWN_COLUMNS):
-        widths = [float(r.get(part, 0.0)) for r in rows]    # offload_s: absent in old sweeps
+        widths = [float(r.get(part, 0.0)) for r in rows]    # offload_s, host_s: absent in old sweeps
         if not any(widths):
             continue
         ax.barh(y, widths, left=left, color=COLORS[i % len(COLORS)], label=PART_LABELS[part])

@@ -54,7 +54,7 @@ def breakdown_table(report: StepReport) -> str:
     parts = [("compute", b.compute_s)]
     parts += [(f"exposed {axis.upper()} comm", t) for axis, t in b.exposed_comm_s.items() if t > 0]
     parts += [("pipeline bubble", b.bubble_s), ("optimizer", b.optimizer_s),
-              ("offload copies", b.offload_s), ("other", b.other_s)]
+              ("offload copies", b.offload_s), ("host issue", b.host_s), ("other", b.other_s)]
     rows = [[name, f"{t:.4f}", f"{100 * t / step:.1f}%"] for name, t in parts if t > 0 or name == "compute"]
     return render(["where the time goes", "seconds", "share"], rows,
                   title=f"Step-time breakdown (critical rank class {r.critical_class}: "

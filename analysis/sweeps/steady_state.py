@@ -503,5 +503,5 @@ class _Line:
         return Breakdown(exposed_comm_s=exposed, **values)
 
 
-_PARTS = ("compute_s", "bubble_s", "optimizer_s", "other_s", "offload_s")
+_PARTS = ("compute_s", "bubble_s", "optimizer_s", "other_s", "offload_s", "host_s")
 """Breakdown parts besides the exposed communication of each axis."""

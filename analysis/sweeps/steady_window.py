@@ -150,5 +150,6 @@ def extended(summary: CriticalSummary, replay: Replay, critical_ops: tuple[Op, .
         bubble_s=total.bubble_s + periods * (after.bubble_s - before.bubble_s),
         optimizer_s=total.optimizer_s + periods * (after.optimizer_s - before.optimizer_s),
         other_s=total.other_s + periods * (after.other_s - before.other_s),
-        offload_s=total.offload_s + periods * (after.offload_s - before.offload_s))
+        offload_s=total.offload_s + periods * (after.offload_s - before.offload_s),
+        host_s=total.host_s + periods * (after.host_s - before.host_s))
     return replace(summary, finish_s=tuple(finish), breakdown=grown), finish[critical]

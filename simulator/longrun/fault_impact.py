@@ -47,6 +47,7 @@ class FaultImpact:
             f"rank class of {self.critical_program}")
         what = {"compute": "its own compute", "bubble": "pipeline bubble (waiting on a stage)",
                 "optimizer": "optimizer", "offload": "waiting on offload copies",
+                "host": "waiting on the host's kernel issue",
                 "other": "other waits"}.get(
             part, f"exposed {part.upper()} communication (waiting on its {part.upper()} group)")
         return f"{where}: {what} +{delta:.3f} s"
