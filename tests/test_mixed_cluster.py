@@ -95,3 +95,29 @@ def test_collapsed_and_expanded_runs_agree_on_a_mixed_cluster():
     expanded = run_step(cfg, options=SimulationOptions(expand=True)).result
     assert len(collapsed.classes) == 2
     assert expanded.step_time_s == pytest.approx(collapsed.step_time_s, rel=1e-9)
+
+
+def test_each_group_issues_eager_kernels_at_its_own_hosts_cost():
+    """Eager kernels on a cluster whose second group's hosts issue each kernel in 2 ms (a
+    host far slower than any measured, so the host, not the GPU, sets that group's pace):
+    those ranks wait on their host, the fast group on them (data-parallel gradients), and
+    the collapsed lanes give what following every rank gives."""
+    from dataclasses import replace
+
+    from clustersim.simulator import SimulationOptions, StepSimulation
+    from clustersim.workloads.builder import build_trace
+
+    cfg = config([(H100, 16), (H100, 16)], tp=8, dp=4, cuda_graphs="none")
+    trace = build_trace(cfg.job)
+    first, second = cfg.cluster.groups
+    slow = replace(cfg.cluster, groups=(first, replace(
+        second, node=replace(second.node, name="slow-host", eager_issue_s=2e-3))))
+
+    def run(cluster, expand=False):
+        return StepSimulation(trace, cluster, SimulationOptions(expand=expand)).run()
+    fast, collapsed, expanded = run(cfg.cluster), run(slow), run(slow, expand=True)
+    assert expanded.step_time_s == pytest.approx(collapsed.step_time_s, rel=1e-9)
+    assert collapsed.step_time_s > 1.5 * fast.step_time_s
+    waits = {c.representative >= 16: c.breakdown for c in collapsed.classes}
+    assert waits[True].host_s > 0.3 * collapsed.step_time_s      # the slow-host group
+    assert waits[False].host_s < 1e-3 < waits[False].exposed_comm_s["dp"]
