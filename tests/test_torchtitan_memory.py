@@ -17,10 +17,11 @@ from clustersim.workloads.builder import build_trace
 from clustersim.workloads.memory import (
     CONTEXT_RESERVE_BYTES, FRAGMENTATION, GIB, NCCL_BUFFER_BYTES, loss_peak_bytes, memory_per_stage,
 )
-from clustersim.workloads.model import PRESETS
+from clustersim.workloads.model import PRESETS, Mlp
 from clustersim.workloads.shards import stage_shards
 from clustersim.workloads.stages import stage_plans
 from clustersim.workloads.trace import CollectiveKind, CollectiveOp
+from clustersim.workloads.layer_ops import op_saved_matmul_width
 from clustersim.workloads.training import CrossEntropy, Precision
 
 from tests.conftest import REPO
@@ -60,6 +61,51 @@ def test_eager_loss_replaces_the_kept_fp32_logits_at_the_head_peak():
     logits = 8192 * VOCAB
     assert eager.activations - fused.activations == pytest.approx(
         12 * logits - 4 * logits - _whole_layer(strategy), rel=1e-9)
+
+
+def test_compiled_loss_keeps_the_16bit_logits_and_writes_a_16bit_gradient():
+    """torchtitan's loss under torch.compile (components/loss.py from #1033): the forward keeps
+    the 16-bit logits for the backward (2 bytes a logit, kept), whose fused kernel writes the
+    16-bit gradient beside them (2 more at the loss's peak); eager FP32 holds 12."""
+    logits = 8192 * VOCAB
+    compiled = _training(cross_entropy=CrossEntropy.COMPILED_FP32)
+    assert loss_peak_bytes(LLAMA3_8B, compiled, Strategy(dp=8)) == 2 * logits
+    strategy = Strategy(dp=8, zero=3, recompute=Recompute.FULL)
+    eager = memory_per_stage(LLAMA3_8B, _training(cross_entropy=CrossEntropy.EAGER_FP32),
+                             strategy)[0].memory
+    fused = memory_per_stage(LLAMA3_8B, compiled, strategy)[0].memory
+    assert _whole_layer(strategy) < 2 * logits      # the loss is the head's peak either way
+    assert eager.activations - fused.activations == pytest.approx((12 - 2 - 2) * logits,
+                                                                  rel=1e-9)
+
+
+def test_compiled_loss_under_tensor_parallelism_is_refused():
+    """loss_parallel's DTensor loss under torch.compile is not modelled: a clear error, not
+    the single-device figure."""
+    from clustersim.hardware_specs import SpecError
+    from clustersim.workloads.strategy import check_strategy
+    with pytest.raises(SpecError, match="training.cross_entropy: compiled_fp32 .* got tp 8"):
+        check_strategy(Strategy(tp=8, dp=1), LLAMA3_8B,
+                       _training(cross_entropy=CrossEntropy.COMPILED_FP32), 8)
+
+
+def test_compiled_blocks_do_not_keep_the_last_matmul_output_per_op_recompute_saves():
+    """Per-op recompute saves the 1st, 3rd, 5th and 7th matmul outputs (q, v, w1, w2 of Llama
+    3) in eager PyTorch; under torch.compile AOTAutograd's partitioner keeps only what the
+    backward reads, and w2's output feeds only the residual add: 32 x 8,192 x 4,096 x 2 bytes
+    less for one 8K sequence. A GeLU MLP's saved fc1 output is read by its backward: no change."""
+    h, kv, ffn = 4096, 1024, 14336
+    assert op_saved_matmul_width(LLAMA3_8B) == h + kv + ffn + h
+    assert op_saved_matmul_width(LLAMA3_8B, backward_reads_only=True) == h + kv + ffn
+    gelu = PRESETS["gpt3-175b"]
+    assert gelu.mlp is Mlp.GELU
+    assert (op_saved_matmul_width(gelu, backward_reads_only=True)
+            == op_saved_matmul_width(gelu))
+    strategy = Strategy(dp=8, zero=3, recompute=Recompute.OP)
+    eager = memory_per_stage(LLAMA3_8B, _training(), strategy)[0].memory
+    compiled = memory_per_stage(LLAMA3_8B, _training(compiled=True), strategy)[0].memory
+    assert eager.activations - compiled.activations == pytest.approx(32 * 8192 * h * 2,
+                                                                     rel=1e-12)
 
 
 def _whole_layer(strategy):
@@ -126,6 +172,9 @@ LONG_CONTEXT = REPO / "analysis/data/published_runs_long_context.csv"
 AS_RUN = {"cross_entropy": "eager_fp32", "fp32_grad_reduce": "true"}
 """torchtitan's loss and FSDP2 reduce dtype at 9dec370 (train.py; config_manager.py's
 ``mixed_precision_reduce`` default float32)."""
+COMPILED_LOSS = {"cross_entropy": "compiled_fp32", "fp32_grad_reduce": "true"}
+"""From #1033 (bbb1b616e, 2025-04-02) ``--training.compile`` compiles the loss as well
+(components/loss.py); without TP the rows say so."""
 
 
 def _rows(path):
@@ -133,7 +182,7 @@ def _rows(path):
 
 
 def _peak_error(catalog, row):
-    config = row_config({**row, **AS_RUN}, catalog)
+    config = row_config(row, catalog)       # the columns as the table sets them (below)
     reserved = max(s.memory.allocator_reserved for s in config.job.memory()) / GIB
     return reserved / float(row["measured_peak_memory_gib"]) - 1
 
@@ -157,6 +206,10 @@ PP_1F1B_UNEXPLAINED = (
     (TORCHTITAN, "torchtitan_h100_llama3.1_70b_256gpu_2d_fp8"),
     (TORCHTITAN, "torchtitan_h100_llama3.1_70b_256gpu_2d_fp8_asynctp"),
     (TORCHTITAN, "torchtitan_h100_llama3.1_405b_512gpu_3d_interleaved"),
+    # Trainy's H200 runs (torchtitan e7c0cae): per-op recompute of compiled blocks and the
+    # compiled loss; +52.8% and +51.6% with the eager loss and eager per-op saves.
+    (TORCHTITAN, "torchtitan_h200_llama3.1_8b_32gpu_fsdp_fp8"),
+    (TORCHTITAN, "torchtitan_h200_llama3.1_8b_64gpu_fsdp_fp8"),
     pytest.param(TORCHTITAN, "torchtitan_h100_llama3.1_405b_512gpu_3d_1f1b",
                  marks=pytest.mark.xfail(strict=True, reason=PP_1F1B_UNEXPLAINED)),
     (LONG_CONTEXT, "torchtitan_llama3_8b_8gpu_fsdp8_cp1"),
@@ -180,13 +233,18 @@ def test_torchtitan_measured_peak_memory_within_ten_percent(catalog, path, row_i
 
 
 def test_the_torchtitan_table_runs_as_torchtitan_does():
-    """Every torchtitan row (its own table and the long-context one) says so: its eager FP32
-    loss and FP32 gradient reduction, and with PP torch 2.6's per-micro-batch pipeline buffers
-    (the columns ``validate`` reads)."""
+    """Every torchtitan row (its own table and the long-context one) says so: its FP32 loss,
+    eager or, with compiled blocks and no TP (torchtitan from #1033), compiled, and FP32
+    gradient reduction, and with PP torch 2.6's per-micro-batch pipeline buffers (the columns
+    ``validate`` reads)."""
     for path in (TORCHTITAN, LONG_CONTEXT):
         for rid, row in _rows(path).items():
             if rid.startswith("torchtitan"):
-                assert {k: row[k] for k in AS_RUN} == AS_RUN, rid
+                compiled_loss = row["cross_entropy"] == "compiled_fp32"
+                expected = COMPILED_LOSS if compiled_loss else AS_RUN
+                assert {k: row[k] for k in expected} == expected, rid
+                if compiled_loss:
+                    assert row["compiled"] == "true" and row["tp"] == "1", rid
                 piped = int(row["pp"] or 1) > 1
                 assert row["pp_microbatch_buffers"] == ("true" if piped else ""), rid
 

@@ -62,7 +62,12 @@ def test_torchtitan_rows_state_their_framework_facts(table):
     assert rows
     for r in rows:
         assert r["attention"] == "flash" and "FlashAttention-2" in r["notes"], r["id"]
-        assert (r["cross_entropy"], r["fp32_grad_reduce"]) == ("eager_fp32", "true"), r["id"]
+        assert r["cross_entropy"] in ("eager_fp32", "compiled_fp32"), r["id"]
+        assert r["fp32_grad_reduce"] == "true", r["id"]
+        compiled_loss = r["cross_entropy"] == "compiled_fp32"
+        assert ("cross_entropy: compiled_fp32: torchtitan" in r["notes"]) == compiled_loss, r["id"]
+        if r.get("compiled"):
+            assert "compiled: true" in r["notes"], r["id"]
         fp8 = r["precision"] == "fp8"
         assert r["fp8_saved_inputs"] == ("false" if fp8 else ""), r["id"]
         assert ("fp8_saved_inputs: false: torchao" in r["notes"]) == fp8, r["id"]
@@ -88,7 +93,7 @@ def test_torchtitan_fsdp2_runs_outside_the_dev_set_within_ten_percent(catalog):
     to develop the model; the per-op and 13B every-other-layer rows were predicted before they
     were added (+0.0%, -6.8%, -2.8%)."""
     outcomes = validate_rows(REPO / "analysis/data/published_runs_torchtitan.csv", catalog)
-    a100 = [o for o in outcomes if "_h100_" not in o.id and o.id != LLAMA2_70B_OP]
+    a100 = [o for o in outcomes if "-a100-" in o.id and o.id != LLAMA2_70B_OP]
     assert len(a100) == 7
     for o in a100:
         assert abs(o.error) <= 0.10, o
@@ -117,7 +122,7 @@ def test_torchtitan_file_within_ten_percent_and_vanilla_tp_h100_rows_within_five
     out 14-17% fast with FlashAttention-3-class attention)."""
     outcomes = validate_rows(TT_FILE, catalog)
     summary = summarize(outcomes)
-    assert (summary.rows, summary.compared, summary.unmapped) == (16, 16, 0)
+    assert (summary.rows, summary.compared, summary.unmapped) == (18, 18, 0)
     assert summary.mape <= 0.10
     vanilla = [o for o in outcomes if "_h100_" in o.id and "_2d_" in o.id and "async" not in o.id]
     assert len(vanilla) == 3
@@ -141,6 +146,32 @@ def test_torchtitan_h100_runs_within_ten_percent(catalog):
     assert len(h100) == 8 and all(o.predicted_s is not None for o in h100)
     for o in h100:
         assert abs(o.error) <= 0.10, o
+
+
+H200_UNEXPLAINED = (
+    "Trainy's H200 runs (Llama 3.1 8B, FSDP 32 and 64, local batch 2, per-op recompute, "
+    "compile, float8 with float8 all-gather) come out 17.5% and 15.5% slow. The step is compute "
+    "(0.02 s of exposed DP); SDPA's FlashAttention-2 is 0.73 s of the predicted 1.76 s (169 "
+    "TFLOP/s: FA2's isolated 0.35 of peak times the Hopper in-training 0.52 calibrated on the "
+    "MPT runs), GEMMs 0.85 s (float8 layers 0.76, the 16-bit LM head 0.09), element-wise 0.17 s; FA3-class attention would give "
+    "-12%. The same recipe on Grand Teton H100 at 500 W (benchmarks/llama3_h100_202412_"
+    "torchtitan.md Tables 1 and 3, 8,532 and 8,380 TPS/GPU) is predicted within 2.4%; the H200 "
+    "ran 30% faster than those, the model gives 11% (HBM3e at 4.8 TB/s, the float8 all-gather). "
+    "The rest lies between the 500 W power limit (whose clocks are not published; the catalog "
+    "gives that part the 700 W rates) and the software of June 2025 (torch 2.8.0a0 of NGC "
+    "25.05, torchao 0afa4c1); no source read measures either")
+
+
+@pytest.mark.xfail(strict=True, reason=H200_UNEXPLAINED)
+@pytest.mark.parametrize("row_id", ["torchtitan_h200_llama3.1_8b_32gpu_fsdp_fp8",
+                                    "torchtitan_h200_llama3.1_8b_64gpu_fsdp_fp8"])
+def test_torchtitan_h200_runs_within_ten_percent(catalog, row_id):
+    from clustersim.analysis.step import run_step
+    from clustersim.analysis.validation.published import row_config
+    row = next(r for r in csv.DictReader(TT_FILE.open()) if r["id"] == row_id)
+    predicted = run_step(row_config(row, catalog)).result.step_time_s
+    error = predicted / float(row["measured_step_time_s"]) - 1
+    assert abs(error) <= 0.10, f"{row_id}: {error:+.1%}"
 
 
 def test_a_flag_column_that_is_not_true_or_false_names_the_field(catalog):

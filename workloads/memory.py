@@ -223,12 +223,13 @@ def linear_input_bytes(training: TrainingSpec) -> float:
 
 
 def _op_saved_bytes(model: TransformerSpec, training: TrainingSpec, strategy: Strategy) -> float:
-    """Per-op recompute (tp = 1) keeps the layer input, the outputs of every other matmul, and
-    a fused attention kernel's output with its FP32 log-sum-exp."""
+    """Per-op recompute (tp = 1) keeps the layer input, the outputs of every other matmul (under
+    ``torch.compile`` those the backward reads), and a fused attention kernel's output with its
+    FP32 log-sum-exp."""
     m, t = model, training
     e = t.precision.activation_bytes
     per = _sbh(m, t, strategy) / m.hidden
-    width = m.hidden + op_saved_matmul_width(m)
+    width = m.hidden + op_saved_matmul_width(m, backward_reads_only=t.compiled)
     lse = 0.0
     if t.attention.fused:
         width += m.attn_out_dim
@@ -438,17 +439,22 @@ def _pipelined_peak(model: TransformerSpec, training: TrainingSpec, strategy: St
     return held if kept_buffers else replace(held, buffers=held.buffers + 2 * e * sbh)
 
 
-KEPT_LOSS_BYTES = {CrossEntropy.FUSED: 4.0, CrossEntropy.TE: 2.0}
-"""Bytes per logit a fused loss keeps from forward to backward (``CrossEntropy``)."""
+KEPT_LOSS_BYTES = {CrossEntropy.FUSED: 4.0, CrossEntropy.TE: 2.0, CrossEntropy.COMPILED_FP32: 2.0}
+"""Bytes per logit a loss keeps from forward to backward (``CrossEntropy``): the fused
+kernels' gradient, the compiled loss's 16-bit logits."""
 
 
 def loss_peak_bytes(model: TransformerSpec, training: TrainingSpec, strategy: Strategy) -> float:
     """The loss's own peak, one micro-batch (``CrossEntropy``): 0 for the fused kernels, whose
     kept gradient is counted as an activation; 12 bytes per logit on this device for
-    torchtitan's eager FP32 cross-entropy, 16 under TP's ``loss_parallel``."""
-    if training.cross_entropy in KEPT_LOSS_BYTES:
+    torchtitan's eager FP32 cross-entropy, 16 under TP's ``loss_parallel``; 2 for the
+    compiled loss, the 16-bit gradient its backward writes beside the kept logits."""
+    ce = training.cross_entropy
+    if ce in (CrossEntropy.FUSED, CrossEntropy.TE):
         return 0.0
     logits = _sbh(model, training, strategy) / model.hidden * vocab_rows(model, strategy)
+    if ce is CrossEntropy.COMPILED_FP32:
+        return 2.0 * logits
     return logits * (16.0 if strategy.tp > 1 else 12.0)
 
 

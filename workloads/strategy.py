@@ -15,7 +15,7 @@ from clustersim.hardware_specs.fields import Fields
 from clustersim.workloads.model import TransformerSpec
 from clustersim.workloads.dispatch import Dispatcher
 from clustersim.workloads.subnetworks import Subnetworks, check_subnetworks, subnetworks_from_mapping
-from clustersim.workloads.training import TrainingSpec
+from clustersim.workloads.training import CrossEntropy, TrainingSpec
 
 
 class Schedule(enum.Enum):
@@ -599,6 +599,10 @@ def check_strategy(strategy: Strategy, model: TransformerSpec, training: Trainin
                         f"but cluster.num_gpus = {world_size}")
     if s.sequence_parallel and s.tp == 1:
         raise SpecError(f"{path}.sequence_parallel", "needs tp > 1")
+    if training.cross_entropy is CrossEntropy.COMPILED_FP32 and s.tp > 1:
+        raise SpecError("training.cross_entropy", f"compiled_fp32 is modelled without tensor "
+                        f"parallelism (loss_parallel's DTensor loss under torch.compile is "
+                        f"not), got tp {s.tp}")
     if s.tp_comm_overlap and not s.sequence_parallel:
         raise SpecError(f"{path}.tp_comm_overlap", "needs sequence_parallel: true (and tp > 1)")
     if s.dp_shard:

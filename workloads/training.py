@@ -90,6 +90,17 @@ class CrossEntropy(enum.Enum):
     backward writes and log_softmax's input gradient, three FP32 tensors at once (12 bytes per
     logit); under TP, ``loss_parallel``'s DTensor backward adds ``exp(x)`` and the sum before
     its product (four, 16 bytes; torch/distributed/tensor/parallel/loss.py)."""
+    COMPILED_FP32 = "compiled_fp32"
+    """The same loss under ``torch.compile``, as torchtitan runs it with ``--training.compile``
+    (#642, October 2024, turned off by e8977b0 in December 2024 and on again by #1033,
+    bbb1b616e, 2025-04-02: ``components/loss.py``). #642 moved the FP32 upcast into the loss
+    "so that forward and backward casts can be fused with the loss forward and backward"
+    (``docs/composability.md``), and #1033 measured less memory. AOTAutograd's min-cut
+    partitioner (``torch/_functorch/partitioners.py``) saves the cheapest cut, the 16-bit
+    input (2 bytes per logit, kept) rather than the FP32 log-probabilities, and recomputes the
+    element-wise upcast and softmax inside the backward's fused kernel, which writes the 16-bit
+    gradient beside them (the peak, 2 more). Without TP only: ``loss_parallel``'s DTensor loss
+    under compile is not modelled."""
 
 
 class Optimizer(enum.Enum):
@@ -137,6 +148,11 @@ class TrainingSpec:
     inputs and casts them again in the backward."""
     cross_entropy: CrossEntropy = CrossEntropy.FUSED
     """The loss kernel (its memory at the head's peak)."""
+    compiled: bool = False
+    """Transformer blocks under ``torch.compile`` (torchtitan's ``--training.compile``, each
+    block compiled after activation checkpointing wraps it): AOTAutograd's partitioner saves,
+    of what per-op recompute marks to keep, only what the backward reads (``layer_ops.
+    op_saved_matmul_width``). Memory only: step times do not change with it."""
     fp32_grad_reduce: bool = False
     """Gradients reduced and accumulated in FP32 (torchtitan's FSDP2 ``MixedPrecisionPolicy``
     with ``reduce_dtype=float32``, its ``mixed_precision_reduce`` default): FP32 reduce-scatter
@@ -161,7 +177,7 @@ class TrainingSpec:
                 "optimizer": self.optimizer.value, "attention": self.attention.value,
                 "fp8_recipe": self.fp8_recipe.value, "fp8_param_gather": self.fp8_param_gather,
                 "fp8_saved_inputs": self.fp8_saved_inputs,
-                "cross_entropy": self.cross_entropy.value,
+                "cross_entropy": self.cross_entropy.value, "compiled": self.compiled,
                 "fp32_grad_reduce": self.fp32_grad_reduce,
                 "pp_microbatch_buffers": self.pp_microbatch_buffers,
                 "moe": {"capacity_factor": self.moe.capacity_factor,
@@ -183,6 +199,7 @@ def training_from_mapping(data: Mapping, path: str = "training") -> TrainingSpec
         fp8_param_gather=f.boolean("fp8_param_gather", False),
         fp8_saved_inputs=f.boolean("fp8_saved_inputs", True),
         cross_entropy=f.choice("cross_entropy", CrossEntropy, CrossEntropy.FUSED),
+        compiled=f.boolean("compiled", False),
         fp32_grad_reduce=f.boolean("fp32_grad_reduce", False),
         pp_microbatch_buffers=f.boolean("pp_microbatch_buffers", False),
         moe=_routing(f.sub("moe")),

@@ -5,9 +5,10 @@ kv_heads, vocab, mlp, seq_len, global_batch, micro_batch, gpu, num_gpus, gpus_pe
 dp, cp, ep, sequence_parallel, zero, recompute, virtual_stages, precision, measured_step_time_s,
 step_time_basis, measured_peak_memory_gib, notes; optional: recompute_layers, attention,
 zero3_granularity, zero3_prefetch, tp_comm_overlap, overlap_param_gather, fp8_recipe,
-fp8_param_gather, fp8_saved_inputs, cross_entropy, fp32_grad_reduce, pp_microbatch_buffers
-(absent: the software of the source's date, see ``software_of``; overlaps off; delayed FP8
-scaling with 16-bit weights; FP8 inputs saved; what a framework does differently, such as
+fp8_param_gather, fp8_saved_inputs, cross_entropy, compiled, fp32_grad_reduce,
+pp_microbatch_buffers (absent: the software of the source's date, see ``software_of``;
+overlaps off; delayed FP8 scaling with 16-bit weights; FP8 inputs saved; eager blocks; what
+a framework does differently, such as
 torchtitan's FlashAttention-2 on Hopper and torchao's 16-bit saved inputs, is set in its rows'
 columns with the evidence in ``notes``), ep_dispatcher (absent: alltoall), ep_dispatcher_sms
 (the SMs DeepEP's or HybridEP's kernels hold, the recipe's ``moe_hybridep_num_sms``; absent:
@@ -59,7 +60,7 @@ REQUIRED = ("id", *ARCHITECTURE, "seq_len", "global_batch", "gpu", "num_gpus", "
 SOFTWARE_COLUMNS = ("attention", "zero3_granularity", "zero3_prefetch")
 """Columns that override what ``software_of`` infers from the source's date."""
 TRAINING_COLUMNS = ("fp8_recipe", "fp8_param_gather", "fp8_saved_inputs", "cross_entropy",
-                    "fp32_grad_reduce", "pp_microbatch_buffers")
+                    "compiled", "fp32_grad_reduce", "pp_microbatch_buffers")
 """Columns passed to the training spec as written (absent: its defaults)."""
 FLAG_COLUMNS = ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather", "moe_a2a_overlap",
                 "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
