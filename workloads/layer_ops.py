@@ -29,12 +29,13 @@ import math
 from dataclasses import dataclass
 
 from clustersim.hardware_specs import Dtype, OpClass
+from clustersim.workloads import eager_ops
 from clustersim.workloads.fp8 import Fp8Casts
 from clustersim.workloads.kernels import Kernel
 from clustersim.workloads.kernels import backward_of as _backward_of
 from clustersim.workloads.kernels import elementwise as _elementwise
 from clustersim.workloads.kernels import gemm as _gemm
-from clustersim.workloads.model import LocalAttention, Mlp, Position, TransformerSpec
+from clustersim.workloads.model import LocalAttention, Mlp, Norm, Position, TransformerSpec
 from clustersim.workloads.routing import expert_load
 from clustersim.workloads.shards import vocab_rows
 from clustersim.workloads.strategy import Recompute, RecomputeModule, Strategy
@@ -83,6 +84,31 @@ class LayerOps:
         TP group's tokens)."""
 
     # --- transformer layer -------------------------------------------------------------
+    def _eager(self, name: str, elements: float, op: eager_ops.EagerOp,
+               op_class: OpClass = OpClass.ELEMENTWISE) -> Kernel:
+        """An element-wise op as eager PyTorch runs it (16-bit activations)."""
+        return _elementwise(name, elements, op.bytes_per_element, 1.0, op_class, op.launches)
+
+    def _norm(self, name: str, elements: float) -> Kernel:
+        """A norm: one fused kernel that reads and writes, or torchtitan's eager RMSNorm."""
+        if self.training.eager_elementwise and self.model.norm is Norm.RMSNORM:
+            return self._eager(name, elements, eager_ops.RMSNORM)
+        return _elementwise(name, elements, 2, self.elem)
+
+    def _rotary(self, elements: float) -> Kernel:
+        if self.training.eager_elementwise:
+            return self._eager("rotary", elements, eager_ops.ROTARY)
+        return _elementwise("rotary", elements, 2, self.elem)
+
+    def _activation(self, name: str, elements: float) -> Kernel:
+        """The MLP's activation: SwiGLU reads both halves and writes one (eager: silu, then
+        the product), GELU reads and writes."""
+        if self.model.mlp is not Mlp.SWIGLU:
+            return _elementwise(name, elements, 2, self.elem, OpClass.TRANSCENDENTAL)
+        if self.training.eager_elementwise:
+            return self._eager(name, elements, eager_ops.SWIGLU, OpClass.TRANSCENDENTAL)
+        return _elementwise(name, elements, 3, self.elem, OpClass.TRANSCENDENTAL)
+
     def _layer(self, layer: int | None) -> int:
         """The layer whose kind is asked for; None: the last one (a MoE layer in a MoE model)."""
         return self.model.layers - 1 if layer is None else layer
@@ -125,7 +151,7 @@ class LayerOps:
             if m.qk_norm:
                 out.append(_elementwise("qk_norm", T * (m.q_dim + m.kv_dim) // s.tp, 2, e))
             if m.position is Position.ROPE:
-                out.append(_elementwise("rotary", T * (m.q_dim + m.kv_dim) // s.tp, 2, e))
+                out.append(self._rotary(T * (m.q_dim + m.kv_dim) // s.tp))
             return out
         heads, rope, q_rank, kv_rank = (m.heads // s.tp, m.qk_rope_head_dim, m.q_lora_rank,
                                         m.kv_lora_rank)
@@ -140,7 +166,7 @@ class LayerOps:
                 _gemm("kv_up", T, heads * (m.qk_nope_head_dim + m.value_head_dim), kv_rank, e, gd),
                 # Q, K (the shared rotary key copied to every head) and V, head-major.
                 _elementwise("qkv_layout", T * heads * (2 * m.head_dim + m.value_head_dim), 2, e),
-                _elementwise("rotary", T * (heads + 1) * rope, 2, e)]
+                self._rotary(T * (heads + 1) * rope)]
         return out
 
     def _dense_mlp(self, prefix: str, ffn: int, tokens: int) -> list[Kernel]:
@@ -148,8 +174,7 @@ class LayerOps:
         f = ffn // self.strategy.tp
         up_n = 2 * f if m.mlp is Mlp.SWIGLU else f
         return [_gemm(f"{prefix}fc1", tokens, up_n, m.hidden, e, gd),
-                _elementwise(f"{prefix}activation", tokens * f, 3 if m.mlp is Mlp.SWIGLU else 2,
-                             e, OpClass.TRANSCENDENTAL),
+                self._activation(f"{prefix}activation", tokens * f),
                 _gemm(f"{prefix}fc2", tokens, m.hidden, f, e, gd)]
 
     def _moe_mlp(self) -> list[Kernel]:
@@ -202,14 +227,14 @@ class LayerOps:
         m, s = self.model, self.strategy
         i = self._layer(layer)
         e, T, Tn, gd = self.elem, self.tokens, self.norm_tokens, self.gemm_dtype
-        attn = [_elementwise("norm1", Tn * m.hidden, 2, e)] + self._projections()
+        attn = [self._norm("norm1", Tn * m.hidden)] + self._projections()
         attn += list(self.attention_core(i))
         attn += [
             _elementwise("attn_out_layout", T * m.attn_out_dim // s.tp, 2, e),
             _gemm("attn_proj", T, m.hidden, m.attn_out_dim // s.tp, e, gd),
             _elementwise("residual1", Tn * m.hidden, 3 + (1.5 if m.dropout else 0), e),
         ]
-        mlp = [_elementwise("norm2", Tn * m.hidden, 2, e)]
+        mlp = [self._norm("norm2", Tn * m.hidden)]
         mlp += self._moe_mlp() if m.is_moe_layer(i) else self._dense_mlp("", m.ffn_hidden, T)
         mlp.append(_elementwise("residual2", Tn * m.hidden, 3 + (1.5 if m.dropout else 0), e))
         return LayerWork(tuple(attn), tuple(mlp))
@@ -312,7 +337,7 @@ class LayerOps:
         m, s = self.model, self.strategy
         vocab = vocab_rows(m, s)
         return (
-            _elementwise("final_norm", self.norm_tokens * m.hidden, 2, self.elem),
+            self._norm("final_norm", self.norm_tokens * m.hidden),
             _gemm("lm_head", self.tokens, vocab, m.hidden, self.elem, self.dtype),
             # Three passes over the logits: FP32 cast, softmax (read, write) and loss; TE's
             # fused loss reads them twice and writes the gradient in place.
@@ -325,8 +350,10 @@ class LayerOps:
         vocab = vocab_rows(m, s)
         ce = _elementwise("cross_entropy.bwd", self.tokens * vocab, 2, self._loss_bytes(),
                           OpClass.TRANSCENDENTAL)
-        return (ce,) + _backward_of(self.head_forward()[1:2], self.elem) + (
-            _elementwise("final_norm.bwd", self.norm_tokens * m.hidden, 4, self.elem),)
+        norm = (_backward_of(self.head_forward()[:1], self.elem)
+                if self.training.eager_elementwise and m.norm is Norm.RMSNORM else
+                (_elementwise("final_norm.bwd", self.norm_tokens * m.hidden, 4, self.elem),))
+        return (ce,) + _backward_of(self.head_forward()[1:2], self.elem) + norm
 
     # --- optimizer -----------------------------------------------------------------------
     def optimizer_step(self, local_params: float) -> tuple[Kernel, ...]:

@@ -153,6 +153,10 @@ class TrainingSpec:
     block compiled after activation checkpointing wraps it): AOTAutograd's partitioner saves,
     of what per-op recompute marks to keep, only what the backward reads (``layer_ops.
     op_saved_matmul_width``). Memory only: step times do not change with it."""
+    eager_elementwise: bool = False
+    """RMSNorm, the rotary embedding and SwiGLU run as torchtitan's model code writes them, one
+    eager PyTorch kernel per op (``workloads/eager_ops.py``): torchtitan without
+    ``torch.compile``. False: fused kernels (Transformer Engine, Apex, torch.compile)."""
     fp32_grad_reduce: bool = False
     """Gradients reduced and accumulated in FP32 (torchtitan's FSDP2 ``MixedPrecisionPolicy``
     with ``reduce_dtype=float32``, its ``mixed_precision_reduce`` default): FP32 reduce-scatter
@@ -178,6 +182,7 @@ class TrainingSpec:
                 "fp8_recipe": self.fp8_recipe.value, "fp8_param_gather": self.fp8_param_gather,
                 "fp8_saved_inputs": self.fp8_saved_inputs,
                 "cross_entropy": self.cross_entropy.value, "compiled": self.compiled,
+                "eager_elementwise": self.eager_elementwise,
                 "fp32_grad_reduce": self.fp32_grad_reduce,
                 "pp_microbatch_buffers": self.pp_microbatch_buffers,
                 "moe": {"capacity_factor": self.moe.capacity_factor,
@@ -200,6 +205,7 @@ def training_from_mapping(data: Mapping, path: str = "training") -> TrainingSpec
         fp8_saved_inputs=f.boolean("fp8_saved_inputs", True),
         cross_entropy=f.choice("cross_entropy", CrossEntropy, CrossEntropy.FUSED),
         compiled=f.boolean("compiled", False),
+        eager_elementwise=f.boolean("eager_elementwise", False),
         fp32_grad_reduce=f.boolean("fp32_grad_reduce", False),
         pp_microbatch_buffers=f.boolean("pp_microbatch_buffers", False),
         moe=_routing(f.sub("moe")),

@@ -1,13 +1,14 @@
 """``clustersim validate``: replay a table of published runs and compare step times.
 
 The CSV schema (one row per real run): id, source, model_name, layers, hidden, ffn_hidden, heads,
-kv_heads, vocab, mlp, seq_len, global_batch, micro_batch, gpu, num_gpus, gpus_per_node, tp, pp,
+kv_heads, vocab, mlp, norm (absent: layernorm), seq_len, global_batch, micro_batch, gpu, num_gpus, gpus_per_node, tp, pp,
 dp, cp, ep, sequence_parallel, zero, recompute, virtual_stages, precision, measured_step_time_s,
 step_time_basis, measured_peak_memory_gib, notes; optional: recompute_layers, attention,
 zero3_granularity, zero3_prefetch, tp_comm_overlap, overlap_param_gather, fp8_recipe,
-fp8_param_gather, fp8_saved_inputs, cross_entropy, compiled, fp32_grad_reduce,
-pp_microbatch_buffers (absent: the software of the source's date, see ``software_of``;
-overlaps off; delayed FP8 scaling with 16-bit weights; FP8 inputs saved; eager blocks; what
+fp8_param_gather, fp8_saved_inputs, cross_entropy, compiled, eager_elementwise,
+fp32_grad_reduce, pp_microbatch_buffers (absent: the software of the source's date, see
+``software_of``; overlaps off; delayed FP8 scaling with 16-bit weights; FP8 inputs saved; eager
+blocks saving what per-op recompute marks; fused element-wise kernels; what
 a framework does differently, such as
 torchtitan's FlashAttention-2 on Hopper and torchao's 16-bit saved inputs, is set in its rows'
 columns with the evidence in ``notes``), ep_dispatcher (absent: alltoall), ep_dispatcher_sms
@@ -60,14 +61,15 @@ REQUIRED = ("id", *ARCHITECTURE, "seq_len", "global_batch", "gpu", "num_gpus", "
 SOFTWARE_COLUMNS = ("attention", "zero3_granularity", "zero3_prefetch")
 """Columns that override what ``software_of`` infers from the source's date."""
 TRAINING_COLUMNS = ("fp8_recipe", "fp8_param_gather", "fp8_saved_inputs", "cross_entropy",
-                    "compiled", "fp32_grad_reduce", "pp_microbatch_buffers")
+                    "compiled", "eager_elementwise", "fp32_grad_reduce", "pp_microbatch_buffers")
 """Columns passed to the training spec as written (absent: its defaults)."""
 FLAG_COLUMNS = ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather", "moe_a2a_overlap",
                 "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 """Strategy switches (absent: false)."""
 COLUMNS = frozenset((*REQUIRED, *SOFTWARE_COLUMNS, *TRAINING_COLUMNS, *FLAG_COLUMNS,
                      "source", "notes", "step_time_basis", "measured_peak_memory_gib", "model",
-                     "model_name", "moe", "ffn_hidden", "kv_heads", "mlp", "micro_batch", "node",
+                     "model_name", "moe", "ffn_hidden", "kv_heads", "mlp", "norm", "micro_batch",
+                     "node",
                      "gpus_per_node", "cp", "ep", "etp", "zero", "recompute", "recompute_layers",
                      "recompute_modules", "layers_per_stage", "virtual_stages", "schedule",
                      "precision", "ep_dispatcher", "ep_dispatcher_sms", "cp_algorithm", "cp_a2a",
@@ -218,6 +220,7 @@ def _model(row: dict) -> TransformerSpec:
         "heads": heads, "kv_heads": _int(row, "kv_heads", heads),
         "ffn_hidden": _int(row, "ffn_hidden", 4 * _int(row, "hidden")),
         "vocab": _int(row, "vocab"), "mlp": _cell(row, "mlp", "gelu"),
+        "norm": _cell(row, "norm", "layernorm"),
     })
 
 
