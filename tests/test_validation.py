@@ -55,13 +55,19 @@ TORCHTITAN_TABLES = ("published_runs_torchtitan.csv", "published_runs_long_conte
 def test_torchtitan_rows_state_their_framework_facts(table):
     """torchtitan's rows say in columns, with the evidence in their notes, what differs from the
     defaults: PyTorch SDPA's FlashAttention-2 (``attention: flash``; cuDNN first on Hopper only
-    from torchtitan 6a3a9da, 2025-10-09), torchao's float8 keeping 16-bit linear inputs
-    (``fp8_saved_inputs: false``), its eager FP32 loss and FP32 gradient reduction."""
+    from torchtitan 6a3a9da, 2025-10-09) except where the PyTorch 2.5 nightlies put cuDNN first
+    on H100 themselves (``attention: cudnn_2024``, until pytorch/pytorch#138522 made it opt-in),
+    torchao's float8 keeping 16-bit linear inputs (``fp8_saved_inputs: false``), its eager FP32
+    loss and FP32 gradient reduction."""
     rows = [r for r in csv.DictReader((REPO / "analysis/data" / table).open())
             if "torchtitan" in r["source"].lower()]
     assert rows
     for r in rows:
-        assert r["attention"] == "flash" and "FlashAttention-2" in r["notes"], r["id"]
+        if r["attention"] == "cudnn_2024":
+            assert "attention: cuDNN" in r["notes"] and "pytorch/pytorch#138522" in r["notes"], \
+                r["id"]
+        else:
+            assert r["attention"] == "flash" and "FlashAttention-2" in r["notes"], r["id"]
         assert r["cross_entropy"] in ("eager_fp32", "compiled_fp32"), r["id"]
         assert r["fp32_grad_reduce"] == "true", r["id"]
         compiled_loss = r["cross_entropy"] == "compiled_fp32"
@@ -124,9 +130,10 @@ def test_torchtitan_file_within_ten_percent_and_vanilla_tp_h100_rows_within_five
     out 14-17% fast with FlashAttention-3-class attention)."""
     outcomes = validate_rows(TT_FILE, catalog)
     summary = summarize(outcomes)
-    assert (summary.rows, summary.compared, summary.unmapped) == (24, 24, 0)
+    assert (summary.rows, summary.compared, summary.unmapped) == (27, 27, 0)
     assert summary.mape <= 0.10
-    vanilla = [o for o in outcomes if "_h100_" in o.id and "_2d_" in o.id and "async" not in o.id]
+    vanilla = [o for o in outcomes
+               if "_h100_" in o.id and "_70b_" in o.id and "_2d_" in o.id and "async" not in o.id]
     assert len(vanilla) == 3
     for o in vanilla:
         assert abs(o.error) <= 0.05, o
@@ -139,13 +146,19 @@ def test_torchtitan_file_within_ten_percent_and_vanilla_tp_h100_rows_within_five
                    "TFLOPs number is between SXM and NVL, and we don't know its exact value'; the "
                    "catalog's h100-hbm2e-500w keeps the 700 W rates), and async TP's measured gain "
                    "differs between releases (float8: 1.06x in 2024-12, 1.16x in 2025-06) where "
-                   "the model gives both 1.16x")
+                   "the model gives both 1.16x. The 405B FSDP 16 x TP 8 rows of 2024-08 (docs/"
+                   "performance.md) come out 17.6% (BF16) and 14.9% (float8 + async TP) fast on "
+                   "the same parts, float8 9.4%; their attention (cuDNN through the 2.5 "
+                   "nightlies' SDPA, cudnn_2024) is inferred, the nightly is not named, and "
+                   "float8's measured gain (1.62x) and async TP's (1.05x) are not the model's "
+                   "(1.48x, 1.11x)")
 def test_torchtitan_h100_runs_within_ten_percent(catalog):
-    """torchtitan's 2024-12 and 2025-06 H100 benchmarks: 70B FSDP 32 x TP 8 (BF16 and float8,
-    vanilla and async TP) and 405B FSDP 8 x TP 8 x PP 8 (1F1B, interleaved); all runnable."""
+    """torchtitan's H100 runs: 2024-08 405B FSDP 16 x TP 8 (BF16, float8, float8 + async TP);
+    2024-12 and 2025-06 70B FSDP 32 x TP 8 (BF16 and float8, vanilla and async TP) and 405B
+    FSDP 8 x TP 8 x PP 8 (1F1B, interleaved); all runnable."""
     outcomes = validate_rows(TT_FILE, catalog)
     h100 = [o for o in outcomes if "_h100_" in o.id]
-    assert len(h100) == 14 and all(o.predicted_s is not None for o in h100)
+    assert len(h100) == 17 and all(o.predicted_s is not None for o in h100)
     for o in h100:
         assert abs(o.error) <= 0.10, o
 

@@ -123,7 +123,9 @@ FLASH_ATTENTION_3 = (2024, 7, 8608)
 """FlashAttention-3 (Shah et al., arXiv 2407.08608): Hopper runs published after it use
 FlashAttention-3-class kernels (FA3; Transformer Engine's cuDNN fused attention) unless the row's
 ``attention`` column says otherwise (torchtitan's PyTorch SDPA runs FlashAttention-2 on Hopper
-until torchtitan 6a3a9da, 2025-10-09: its rows set ``attention: flash``)."""
+until torchtitan 6a3a9da, 2025-10-09: its rows set ``attention: flash``; the PyTorch 2.5
+nightlies of August 2024 put cuDNN first on H100 themselves, until pytorch/pytorch#138522:
+``attention: cudnn_2024``)."""
 PYTORCH_FSDP = (2022, 3, 0)
 """PyTorch FSDP (1.11, March 2022): before it, ZeRO-3 meant DeepSpeed's implementation, which
 gathered each parameter tensor with its own collective and, in published runs (Narayanan et
