@@ -81,3 +81,16 @@ def test_an_unknown_router_balance_names_the_field(catalog):
     with pytest.raises(SpecError, match=r"training\.moe\.balance: expected one of"):
         row_config(dict(_row("mbcard_qwen3_30b_a3b_h100_16gpu_bf16_natural_routing"),
                         router_balance="natural"), catalog)
+
+
+def test_a_run_without_mtp_drops_the_module_its_preset_config_has(catalog):
+    """Megatron-Bridge prints DeepSeek-V3 runs "w/ MTP" and "w/o MTP" (25.11 table): the
+    ``mtp_layers`` column sets Megatron-Core's mtp_num_layers over the config's one module."""
+    row = _row("mb2511_deepseek_v3_b200_256gpu_mxfp8")          # printed "w/ MTP"
+    with_mtp = row_config(dict(row, mtp_layers=""), catalog).job.model
+    without = row_config(dict(row, mtp_layers="0"), catalog).job.model
+    assert (with_mtp.mtp_layers, without.mtp_layers) == (1, 0)
+    assert without.mtp_params == 0 < with_mtp.mtp_params
+    assert replace(without, mtp_layers=1) == with_mtp
+    with pytest.raises(SpecError, match="mtp_layers: expected 0 or more"):
+        row_config(dict(row, mtp_layers="-1"), catalog)

@@ -25,7 +25,9 @@ router_balance (absent: uniform, what ``--moe-router-force-load-balancing`` draw
 the recipe's natural routing under its auxiliary balance loss, ``workloads/routing.py``),
 cuda_graphs (absent: full, host issue time not charged; ``none``: the recipe ran eager;
 ``moe_router``: Megatron's graphs scoped to moe_router and moe_preprocess; ``attn_moe_router``:
-scoped to attn as well), and ``model``: a
+scoped to attn as well), mtp_layers (the multi-token-prediction modules the run trained,
+Megatron-Core's ``mtp_num_layers``; absent: the model's own, DeepSeek-V3's config one; ``0``: a
+run without MTP), and ``model``: a
 preset or bundled Hugging Face config (MoE, MLA) that replaces the architecture columns. An
 empty micro_batch means 1. Rows whose config does not fit in memory are reported apart; rows
 that cannot be mapped (unknown GPU, an impossible strategy) are listed with the reason.
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from clustersim.hardware_specs import Catalog, SpecError
@@ -74,7 +76,7 @@ COLUMNS = frozenset((*REQUIRED, *SOFTWARE_COLUMNS, *TRAINING_COLUMNS, *FLAG_COLU
                      "recompute_modules", "layers_per_stage", "virtual_stages", "schedule",
                      "precision", "ep_dispatcher", "ep_dispatcher_sms", "cp_algorithm", "cp_a2a",
                      "capacity_factor", "offload_activation_layers", "moe_paged_stash_buffer",
-                     "router_balance", "cuda_graphs"))
+                     "router_balance", "cuda_graphs", "mtp_layers"))
 """Every column a table may have (the module docstring says what each means); another is a
 typo that would otherwise be ignored."""
 
@@ -212,7 +214,18 @@ def _positive(row: dict, key: str, unit: str) -> float:
 
 def _model(row: dict) -> TransformerSpec:
     """The ``model`` column's preset or bundled config (MoE and MLA models), else the
-    architecture columns."""
+    architecture columns; ``mtp_layers`` replaces the MTP depth the model's config gives (a
+    published run may train a model without its multi-token-prediction module)."""
+    model = _architecture(row)
+    if not _cell(row, "mtp_layers"):
+        return model
+    depth = _int(row, "mtp_layers")
+    if depth < 0:
+        raise SpecError("mtp_layers", f"expected 0 or more modules, got {depth}")
+    return replace(model, mtp_layers=depth)
+
+
+def _architecture(row: dict) -> TransformerSpec:
     if _cell(row, "model"):
         return resolve(_cell(row, "model"), path="model")
     heads = _int(row, "heads")
