@@ -195,7 +195,7 @@ PP_1F1B_UNEXPLAINED = (
     "reduce-scatter, the per-micro-batch receive buffers, input gradients and output_chunks "
     "(the last stage's 8 logits, 7.8 GiB). With it the same job interleaved (72.7 GiB) comes "
     "to -7.1% and Table 6's CP rows (1F1B, 8 micro-batches of 32,768 tokens per GPU as here) "
-    "to -0.6% to +1.7% with 16-bit gathers, -7.3% to -9.5% with float8 ones. Both schedules ran "
+    "to -7.3% to -9.5% with the float8 gathers their config runs (-0.6% to +1.7% with 16-bit ones). Both schedules ran "
     "8 micro-batches (the measured throughput ratio 128 / 100 is the bubbles' 16/23 over "
     "8/15, 1.30). What this run holds above Table 6's CP 1 run (75.3 GiB measured) with the "
     "same tokens per micro-batch (4 x 8,192 here, 1 x 32,768 there) is in neither torchtitan "
