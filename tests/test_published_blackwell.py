@@ -238,27 +238,40 @@ RECIPES_26_06 = [   # 26.06 (tag v0.5.0) and 26.06.01 (v0.5.1) MoE rows, as thei
     _off("mbridge_26.06_gb200_gpt_oss_120b_mxfp8_64gpu", GPT_OSS_FAST),                  # -14.1%
     _off("mbridge_26.06_b300_gpt_oss_120b_mxfp8_64gpu", GPT_OSS_FAST),                   # -22.3%
 ]
+RECIPES_26_08 = [   # 26.08 (tag v0.6.0, src/megatron/bridge/perf_recipes): the same settings
+    "mbridge_26.08_gb200_deepseekv3_mxfp8_256gpu",         # +7.5%
+    "mbridge_26.08_gb300_gpt_oss_120b_mxfp8_64gpu",        # +1.1%
+    "mbridge_26.08_gb200_qwen3_30b_a3b_mxfp8_8gpu",        # +5.2%
+    "mbridge_26.08_gb200_qwen3_235b_a22b_mxfp8_256gpu",    # +3.1%
+    _off("mbridge_26.08_gb300_deepseekv3_mxfp8_256gpu", GB300_FULL_ITERATION),         # +28.7%
+    _off("mbridge_26.08_gb300_qwen3_30b_a3b_mxfp8_8gpu", GB300_FULL_ITERATION),        # +15.4%
+    _off("mbridge_26.08_gb300_qwen3_235b_a22b_mxfp8_256gpu", GB300_FULL_ITERATION),    # +19.8%
+    _off("mbridge_26.08_gb200_gpt_oss_120b_mxfp8_64gpu", GPT_OSS_FAST),                # -14.9%
+]
 
 
-@pytest.mark.parametrize("row_id", RECIPES_26_06)
+@pytest.mark.parametrize("row_id", RECIPES_26_06 + RECIPES_26_08)
 def test_26_06_moe_runs_as_their_recipes_within_tolerance(catalog, row_id):
     """Megatron-Bridge 26.06's MXFP8 MoE presets (v0.5.0) moved to HybridEP with the 1F1B
     all-to-all overlap and full-iteration CUDA graphs (DeepSeek-V3 on GB300 also to micro-batch
-    1 without recompute); the rows run those settings, not their 26.04.01 twins'."""
+    1 without recompute); the rows run those settings, not their 26.04.01 twins'. 26.08's
+    presets (v0.6.0) keep them."""
     result, error = _run(catalog, row_id)
     assert abs(error) <= TOLERANCE, f"{row_id}: {error:+.1%}"
     assert result.fits_in_memory
 
 
 def test_full_iteration_graph_rows_carry_what_their_builders_set():
-    """Megatron-Bridge's ``set_full_iter_cg_configs`` (v0.5.0, v0.5.1) turns on the MoE paged
-    stash at 1.2x wherever a preset graphs the full iteration, and every such preset also sets
-    HybridEP (32 SMs) and the 1F1B all-to-all overlap; a row that graphs the full iteration
-    without them is not the recipe it cites."""
-    rows = [r for r in ROWS.values() if r["id"].startswith(("mbridge_26.06_", "mbridge_26.06.01_"))
+    """Megatron-Bridge's ``set_full_iter_cg_configs`` (v0.5.0, v0.5.1; v0.6.0's full-iteration
+    MXFP8 helpers in ``perf_recipes``) turns on the MoE paged stash at 1.2x wherever a preset
+    graphs the full iteration, and every such preset also sets HybridEP (32 SMs) and the 1F1B
+    all-to-all overlap; a row that graphs the full iteration without them is not the recipe it
+    cites."""
+    rows = [r for r in ROWS.values()
+            if r["id"].startswith(("mbridge_26.06_", "mbridge_26.06.01_", "mbridge_26.08_"))
             and r["moe"] == "true"]
     full = [r for r in rows if r["cuda_graphs"] == "full"]
-    assert len(rows) == 18 and len(full) == 16
+    assert len(rows) == 26 and len(full) == 24
     for r in full:
         assert (r["moe_paged_stash_buffer"], r["ep_dispatcher"], r["ep_dispatcher_sms"],
                 r["moe_a2a_overlap"]) == ("1.2", "deepep", "32", "true"), r["id"]
