@@ -96,6 +96,8 @@ class StepSimulation:
         self.trace, self.cluster, self.options, self.faults = trace, cluster, options, faults
         self.computes = tuple(compute or ComputeModel(g.device) for g in cluster.device_groups)
         """One compute model per device group (one on a homogeneous cluster)."""
+        self.issue_s = tuple(g.node.eager_issue_s for g in cluster.device_groups)
+        """Each device group's host time to issue one kernel eagerly."""
         self.compute = self.computes[0]
 
         def network_of(view: ClusterSpec) -> NetworkCost:
@@ -138,7 +140,7 @@ class StepSimulation:
             try:
                 self.lanes = LaneReplay(
                     trace, self.classes, self.class_of, computes=self.computes,
-                    issue_s=tuple(g.node.eager_issue_s for g in cluster.device_groups),
+                    issue_s=self.issue_s,
                     device_group=cluster.group_of_rank, network=self.network,
                     memory=self.memory, env=self.env, flows=self.flows, faults=faults,
                     device_of=self.device_of, record=options.record)
@@ -164,7 +166,7 @@ class StepSimulation:
         self.states = [
             ClassState(c, self.trace.programs[c.program].ops, faults.condition(c.representative),
                        self.interference, self.computes[group(c.representative)],
-                       cluster.device_groups[group(c.representative)].node.eager_issue_s)
+                       self.issue_s[group(c.representative)])
             for c in self.classes]
 
     # --- structure ----------------------------------------------------------------------

@@ -89,9 +89,14 @@ class LayerOps:
         """An element-wise op as eager PyTorch runs it (16-bit activations)."""
         return _elementwise(name, elements, op.bytes_per_element, 1.0, op_class, op.launches)
 
+    @property
+    def _eager_norm(self) -> bool:
+        """Norms run as torchtitan's eager RMSNorm, op by op."""
+        return self.training.eager_elementwise and self.model.norm is Norm.RMSNORM
+
     def _norm(self, name: str, elements: float) -> Kernel:
         """A norm: one fused kernel that reads and writes, or torchtitan's eager RMSNorm."""
-        if self.training.eager_elementwise and self.model.norm is Norm.RMSNORM:
+        if self._eager_norm:
             return self._eager(name, elements, eager_ops.RMSNORM)
         return _elementwise(name, elements, 2, self.elem)
 
@@ -351,7 +356,7 @@ class LayerOps:
         ce = _elementwise("cross_entropy.bwd", self.tokens * vocab, 2, self._loss_bytes(),
                           OpClass.TRANSCENDENTAL)
         norm = (_backward_of(self.head_forward()[:1], self.elem)
-                if self.training.eager_elementwise and m.norm is Norm.RMSNORM else
+                if self._eager_norm else
                 (_elementwise("final_norm.bwd", self.norm_tokens * m.hidden, 4, self.elem),))
         return (ce,) + _backward_of(self.head_forward()[1:2], self.elem) + norm
 
