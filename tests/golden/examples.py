@@ -140,6 +140,8 @@ RUNS = (
     _simulate("moe_fabric_contention.yaml"),
     _simulate("moe_fabric_contention_rail.yaml"),
     _simulate("deepseek_v3_h800.yaml", slow=True),
+    _simulate("qwen3_235b_gb200.yaml", slow=True),
+    _simulate("llama3_70b_gb200_fsdp.yaml"),
     GoldenRun(example="shared_fabric_4to1.yaml", args=("simulate", "shared_fabric_4to1"),
               summarize=_shared),
     _simulate("cosmoflow_a100.yaml"),

@@ -172,6 +172,11 @@ DERIVED: dict[str, Callable[[dict], float]] = {
     # Meta's 6.66 s step: Llama 3 Herd (arXiv 2407.21783) Table 4's 400 TFLOPS per GPU on 16,384
     # H100 with batches of 2,048 x 8,192 tokens, as a step time.
     "llama405b_vs_meta": lambda g: g["failures_llama3_405b"]["step_time_s"] / 6.66 - 1,
+    # The examples' measured steps (their YAML headers): Megatron-Bridge's Qwen3-235B-A22B card
+    # (17,905.34 ms, GB200) and its 26.04.01 table (256 x 8,192 / (4,224 x 64) s, GB200).
+    "qwen3_235b_gb200_vs_card": lambda g: g["qwen3_235b_gb200"]["step_time_s"] / 17.90534 - 1,
+    "llama3_70b_gb200_vs_table": (lambda g: g["llama3_70b_gb200_fsdp"]["step_time_s"]
+                                  / (256 * 8192 / (4224 * 64)) - 1),
 }
 """Numbers the README prints that no single golden holds."""
 
