@@ -148,3 +148,16 @@ def test_selective_recompute_says_when_it_changes_nothing(capsys, tmp_path, atte
     code, out, _ = run(capsys, "simulate", _write(tmp_path, selective))
     assert code == 0
     assert ("recompute: selective changes nothing here" in out) is noted
+
+
+@pytest.mark.parametrize("gpu, attention, noted", [
+    ("b200", "flash", True), ("b200", "flash3", False), ("h100-sxm", "flash", False)])
+def test_flash_attention_2_on_blackwell_is_called_a_placeholder(capsys, tmp_path, gpu,
+                                                               attention, noted):
+    """FlashAttention-2's rate on Blackwell is Hopper's figure: the summary says so and names
+    the kernel class today's Blackwell stacks run."""
+    job = {**SMALL, "training": {**SMALL["training"], "attention": attention},
+           "cluster": {"gpu": gpu, "num_gpus": 8}}
+    code, out, _ = run(capsys, "simulate", _write(tmp_path, job))
+    assert code == 0
+    assert ("attention: flash runs FlashAttention-2, unmeasured on Blackwell" in out) is noted

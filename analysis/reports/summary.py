@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from clustersim.hardware_specs.units import format_bytes, format_time
 from clustersim.workloads.strategy import Recompute, replica_micro_batches
+from clustersim.workloads.training import AttentionKernel
 
 from clustersim.analysis.reports import mixed
 from clustersim.analysis.step import CnnStepReport, StepReport
@@ -108,6 +109,18 @@ def recompute_note(report: StepReport) -> str:
             "recompute_layers, saves activation memory)")
 
 
+def attention_note(report: StepReport) -> str:
+    """``attention: flash`` is FlashAttention-2, whose rate on Blackwell (a part with
+    FlashAttention-4-class kernels) is Hopper's placeholder: no published Blackwell run uses it."""
+    cluster = report.config.cluster
+    devices = [g.device for g in cluster.groups] if cluster.groups else [cluster.device]
+    if report.config.job.training.attention is not AttentionKernel.FLASH or \
+            not any(d.efficiency.attention_fa4 for d in devices):
+        return ""
+    return ("attention: flash runs FlashAttention-2, unmeasured on Blackwell (Hopper's rate "
+            "stands in); Blackwell stacks run FlashAttention-4 / cuDNN kernels: attention: flash3")
+
+
 def summary(report: StepReport) -> str:
     cfg, r = report.config, report.result
     job, cluster = cfg.job, cfg.cluster
@@ -152,7 +165,7 @@ def summary(report: StepReport) -> str:
                         + ")"),
         ("DP traffic", f"{format_bytes(report.dp_bytes_per_gpu)} per GPU per step"),
         ("simulated", simulated_line(r, cluster.num_devices)),
-        *([("note", note)] if (note := recompute_note(report)) else []),
+        *[("note", note) for note in (recompute_note(report), attention_note(report)) if note],
     ], title=f"clustersim: {cfg.name}")
     parts = [head, breakdown_table(report), memory_table(report)]
     banner = memory_banner(report)
