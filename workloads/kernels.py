@@ -35,6 +35,10 @@ class Kernel:
     exps: float = 0.0
     """Exponentials it evaluates on the special-function units: fused attention's one per score,
     in the forward and again in the backward (which rebuilds the probabilities)."""
+    diagonals: int = 1
+    """Fused attention: diagonal edges of its mask that cut through the key blocks each query
+    tile computes, each leaving part of a block computed but masked: one for a causal mask,
+    two for a sliding window narrower than the sequence (the window's lower edge as well)."""
 
 
 def gemm(name: str, m: int, n: int, k: int, elem: float, dtype: Dtype, batch: int = 1,
@@ -66,7 +70,8 @@ def backward_of(kernels: tuple[Kernel, ...], elem: float) -> tuple[Kernel, ...]:
             out.append(gemm(f"{k.name}.wgrad", k.k, k.n, k.m, elem, k.dtype, k.batch, k.launches))
         elif k.op_class in ATTENTION_CLASSES:
             out.append(Kernel(f"{k.name}.bwd", k.op_class, 2.5 * k.flops, 2.0 * k.bytes,
-                              k.m, k.n, k.k, k.batch, k.dtype, exps=k.exps))
+                              k.m, k.n, k.k, k.batch, k.dtype, exps=k.exps,
+                              diagonals=k.diagonals))
         else:
             out.append(Kernel(f"{k.name}.bwd", k.op_class, 2.0 * k.flops, 1.5 * k.bytes,
                               launches=k.launches))

@@ -134,9 +134,13 @@ class LayerOps:
             traffic = (self.tokens * heads * (d + v) + self.tokens * kv_heads * (d + v)) * self.elem
             kind = ATTENTION_CLASS_OF[t.attention]
             span = t.seq_len if m.is_global_attention(i) else min(t.seq_len, round(2 * keys))
+            # A sliding window's band has a lower edge as well as the causal one (key_loop).
+            band = (not m.is_global_attention(i) and m.local_attention is LocalAttention.SLIDING
+                    and m.local_window < t.seq_len)
             # k: the width its two matmuls run per score, (d + v) / 2 (MLA: 192 and 128).
             return (Kernel("flash_attn", kind, flops, traffic, s_q, span, (d + v) // 2,
-                           b * heads, self.dtype, exps=b * s_q * keys * heads),)
+                           b * heads, self.dtype, exps=b * s_q * keys * heads,
+                           diagonals=2 if band else 1),)
         scores = float(b * heads * s_q * t.seq_len)
         mask_passes = 3.0 if m.dropout else 0.0  # write mask (1 B ~ half elem), apply: read+write
         return (

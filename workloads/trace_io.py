@@ -31,7 +31,8 @@ def _kernel_dict(k: Kernel) -> dict:
     out = {"name": k.name, "op_class": k.op_class.value, "flops": k.flops, "bytes": k.bytes,
            "m": k.m, "n": k.n, "k": k.k, "batch": k.batch, "dtype": k.dtype.value}
     return (out | ({"launches": k.launches} if k.launches != 1 else {})
-            | ({"exps": k.exps} if k.exps else {}))
+            | ({"exps": k.exps} if k.exps else {})
+            | ({"diagonals": k.diagonals} if k.diagonals != 1 else {}))
 
 
 def op_to_dict(op: Op) -> dict:
@@ -78,7 +79,8 @@ def _kernel(d: dict) -> Kernel:
     return Kernel(d["name"], OpClass(d["op_class"]), float(d["flops"]), float(d["bytes"]),
                   int(d.get("m", 0)), int(d.get("n", 0)), int(d.get("k", 0)),
                   int(d.get("batch", 1)), Dtype(d.get("dtype", "bf16")),
-                  int(d.get("launches", 1)), float(d.get("exps", 0.0)))
+                  int(d.get("launches", 1)), float(d.get("exps", 0.0)),
+                  int(d.get("diagonals", 1)))
 
 
 def _routing(d: dict | None) -> TokenRouting | None:

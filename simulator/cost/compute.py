@@ -118,18 +118,29 @@ def shape_factor(m: int, n: int, k: int, batch: int, sms: int) -> float:
     return tile_factor(m, n, batch, sms) * min(1.0, k_eff)
 
 
-def key_loop(span: float) -> float:
+def key_loop(span: float, diagonals: int = 1) -> float:
     """Useful fraction of causal flash attention over ``span`` keys: a query tile attends to
     span / 2 keys on average and pays ``ATTENTION_KEY_OVERHEAD`` for its key loop plus half a
-    masked diagonal block, so span / (span + 2 K0 + block)."""
-    return span / (span + 2 * ATTENTION_KEY_OVERHEAD + ATTENTION_KEY_BLOCK)
+    masked block for each diagonal edge of the mask its rows cross, so
+    span / (span + 2 K0 + diagonals x block).
+
+    A sliding window narrower than the sequence has two such edges: the kernels skip only the
+    key blocks wholly outside the band and compute every block it touches
+    (FlashAttention-2 ``flash_fwd_kernel.h``, v2.7.4: key blocks from ``n_block_min`` =
+    (row - window_left) / kBlockN up to the causal end; FlashAttention-3 ``hopper/block.h``
+    ``get_n_block_min_max``), so a 128-row tile under a 128-key window computes two 128-key
+    blocks per row for about 128 useful keys: a whole block masked where a causal tile masks
+    half of one. cuDNN's band skips blocks too: its GB200 time grows linearly with the sequence
+    (cudnn-frontend ``benchmark/sdpa_benchmark_training/results/gpt_oss/gb200``, cuDNN
+    9.22-9.27, window 128, head dim 64)."""
+    return span / (span + 2 * ATTENTION_KEY_OVERHEAD + diagonals * ATTENTION_KEY_BLOCK)
 
 
-def attention_key_factor(span: float, op: OpClass) -> float:
-    """The key-loop term relative to the key length where ``op``'s ceiling was measured: 1 at
-    ``ATTENTION_REFERENCE_KEYS[op]``, below it for shorter sequences, above it for longer ones
-    (a ring step of context parallelism is a kernel over its block's keys)."""
-    return key_loop(span) / key_loop(ATTENTION_REFERENCE_KEYS[op])
+def attention_key_factor(span: float, op: OpClass, diagonals: int = 1) -> float:
+    """The key-loop term relative to the key length where ``op``'s ceiling was measured (causal:
+    one diagonal): 1 at ``ATTENTION_REFERENCE_KEYS[op]``, below it for shorter sequences, above
+    it for longer ones (a ring step of context parallelism is a kernel over its block's keys)."""
+    return key_loop(span, diagonals) / key_loop(ATTENTION_REFERENCE_KEYS[op])
 
 
 def tile_factor(m: int, n: int, batch: int, sms: int) -> float:
@@ -195,7 +206,8 @@ class ComputeModel:
                        OpClass.ATTENTION_FA4: eff.attention_fa4}.get(op, eff.attention)
             if min(k.m, k.n, k.batch) < 1:
                 return ceiling
-            return ceiling * tile_factor(k.m, 128, k.batch, sms) * attention_key_factor(k.n, op)
+            return (ceiling * tile_factor(k.m, 128, k.batch, sms)
+                    * attention_key_factor(k.n, op, k.diagonals))
         return eff.memory
 
     def kernel_time(self, k: Kernel) -> float:
