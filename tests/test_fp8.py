@@ -1,13 +1,22 @@
 """FP8 as the frameworks run it: which GEMMs, the casts they add, and their recipes."""
 
+from dataclasses import replace
+
 import pytest
 
 from clustersim.hardware_specs import Dtype, OpClass, SpecError
-from clustersim.workloads.fp8 import AMAX_BYTES, CAST_TRANSPOSE_BYTES, Fp8Casts
+from clustersim.workloads.builder import build_trace
+from clustersim.workloads.fp8 import (
+    AMAX_BYTES, CAST_TRANSPOSE_BYTES, MXFP8_PARAM_BYTES, Fp8Casts,
+)
 from clustersim.workloads.layer_ops import LayerOps
+from clustersim.workloads.memory import stage_memory
 from clustersim.workloads.model import PRESETS
+from clustersim.workloads.stages import stage_plans
 from clustersim.workloads.strategy import Strategy
+from clustersim.workloads.trace import CollectiveOp
 from clustersim.workloads.training import Fp8Recipe, training_from_mapping
+from tests.conftest import tiny_job
 
 LLAMA3_70B = PRESETS["llama3-70b"]
 
@@ -145,3 +154,33 @@ def test_fp8_options_need_fp8_precision():
     spec = training_from_mapping({"seq_len": 8, "global_batch": 1, "precision": "fp8",
                                   "fp8_recipe": "mxfp8", "fp8_param_gather": True})
     assert spec.fp8_recipe is Fp8Recipe.MXFP8 and spec.to_dict()["fp8_param_gather"] is True
+
+
+def mxfp8_job(param_gather):
+    job = tiny_job(Strategy(dp=2, zero=1, overlap_param_gather=True), global_batch=4)
+    return replace(job, training=training_from_mapping({
+        "seq_len": 1024, "global_batch": 4, "precision": "fp8", "fp8_recipe": "mxfp8",
+        "fp8_param_gather": param_gather}))
+
+
+def test_mxfp8_weights_under_the_distributed_optimizer_gather_in_bf16_and_keep_two_copies():
+    """Megatron-Core's reuse_grad_buf_for_mxfp8_param_ag path (workloads/fp8.py docstring):
+    the gather moves BF16, each step quantises the weights in full, and the weight is held as
+    row-wise and column-wise MXFP8 (2 + 2/32 bytes) instead of 2 bytes of BF16."""
+    def gathered(job):
+        return sum(op.bytes for p in build_trace(job).programs for op in p.ops
+                   if isinstance(op, CollectiveOp) and "dp_param_all_gather" in op.name)
+
+    def weights(job):
+        plan = stage_plans(job.model, job.strategy)[0]
+        return stage_memory(job.model, job.training, job.strategy, plan).memory.weights
+
+    bf16, mx = mxfp8_job(False), mxfp8_job(True)
+    assert gathered(bf16) > 0
+    assert gathered(mx) == pytest.approx(gathered(bf16))
+    assert MXFP8_PARAM_BYTES == pytest.approx(2.0625)
+    assert weights(mx) == pytest.approx(weights(bf16) * MXFP8_PARAM_BYTES / 2, rel=0.01)
+    casts = [Fp8Casts(job.training, job.strategy) for job in (bf16, mx)]
+    assert casts[1].weight_bytes_per_element() == casts[0].weight_bytes_per_element()
+    assert casts[1].weight_bytes_per_element() > Fp8Casts.weight_bytes_per_element(
+        ops("tensorwise", param_gather=True).fp8)

@@ -12,9 +12,23 @@ GEMM operand is quantized from BF16 by a memory-bound kernel:
   and a transpose reads and writes 1 byte each, 1 byte more than a BF16 norm.
 - Backward, the output gradient dY of every FP8 GEMM: the same 4-byte cast-transpose.
 - Weights: cast once per step and reused by every micro-batch (TE's ``is_first_microbatch``
-  cache; torchao casts per forward, and torchtitan runs one micro-batch per step); FP8 weights
-  (``fp8_param_gather``) need only the transpose, 2 bytes. ZeRO-3 gathers weights each micro-
-  batch, and the cast follows each gather (on the local shard before it, with FP8 gathers).
+  cache; torchao casts per forward, and torchtitan runs one micro-batch per step); per-tensor
+  FP8 weights (``fp8_param_gather``) need only the transpose, 2 bytes. ZeRO-3 gathers weights
+  each micro-batch, and the cast follows each gather (on the local shard before it, with FP8
+  gathers).
+- MXFP8 weights (``fp8_param_gather`` with ``fp8_recipe: mxfp8``) under Megatron-Core's
+  distributed optimizer (ZeRO-1/2) are not gathered in FP8. Megatron-Bridge's MXFP8 preset
+  pairs ``fp8_param_gather`` with ``reuse_grad_buf_for_mxfp8_param_ag`` (``bf16_with_mxfp8_
+  mixed`` in ``training/mixed_precision.py``, r0.1.0 to v0.6.0; the training config asserts
+  the pair whenever Megatron-FSDP is off);
+  Megatron-Core (``distributed/param_and_grad_buffer.py``, core_v0.14.0 to core_v0.19.0) then
+  gives MXFP8 parameters no parameter buffer of their own: the optimizer writes the updated
+  BF16 weights into the gradient buffer (``_copy_main_params_to_param_buffer``), the
+  all-gather moves them in BF16 there, and ``_post_param_sync`` copies each gathered slice into
+  the ``MXFP8Tensor`` (a full row-wise and column-wise quantisation, once per step; the
+  column-wise copy has its own 32-element scale blocks along the other axis, so it cannot be a
+  transpose of the row-wise one) and zeroes the buffer for the gradients. The weight is held
+  as both MXFP8 copies with their scales (``MXFP8_PARAM_BYTES``) and no 16-bit copy.
 - Current (tensor-wise) scaling reads each tensor once more for its amax before casting
   (2 bytes per element) and cannot fuse the cast into the norm; MXFP8 adds one scale byte
   per 32 elements to each of the two copies.
@@ -75,6 +89,9 @@ AMAX_BYTES = 2.0
 """Current scaling's extra read of the BF16 tensor for its absolute maximum."""
 MX_SCALE_BYTES = 2.0 / 32
 """MXFP8: an 8-bit scale per block of 32 elements, for the row-wise and column-wise copies."""
+MXFP8_PARAM_BYTES = 2 * Dtype.FP8.bytes + MX_SCALE_BYTES
+"""An MXFP8 weight as Transformer Engine keeps it: row-wise and column-wise FP8 copies, each
+with one E8M0 scale per 32 elements (see the module docstring)."""
 NVFP4_QUANTIZE_BYTES = AMAX_BYTES + 2.0 + 2 * Dtype.NVFP4.bytes
 """NVFP4: the amax read, then read BF16 and write the row-wise and (Hadamard-transformed)
 column-wise copies with their E4M3 block scales."""
@@ -110,6 +127,8 @@ class Fp8Casts:
         self.recipe = training.fp8_recipe
         self.nvfp4 = training.precision.gemm_dtype is Dtype.NVFP4
         self.fp8_params = training.fp8_param_gather
+        self.mx_params = mxfp8_params(training)
+        """MXFP8 weights are quantised in full from 16 bits each step (module docstring)."""
         self.micro = max(1, micro_batches(training, strategy))
         self.zero3 = strategy.zero >= 3
         self.shard = strategy.dp * strategy.cp
@@ -134,7 +153,8 @@ class Fp8Casts:
                 return 2 * self._per_element() / self.shard
             return self._per_element()
         transpose = NVFP4_TRANSPOSE_BYTES if self.nvfp4 else TRANSPOSE_BYTES
-        per_step = transpose if self.fp8_params else self._per_element()
+        quantized_copy = self.fp8_params and not self.mx_params
+        per_step = transpose if quantized_copy else self._per_element()
         return per_step / self.micro
 
     def forward(self, kernels: tuple[Kernel, ...]) -> tuple[Kernel, ...]:
@@ -200,6 +220,29 @@ class Fp8Casts:
 
 
 QUANTIZED_GEMM_DTYPES = frozenset((Dtype.FP8, Dtype.NVFP4))
+
+
+def mxfp8_params(training: TrainingSpec) -> bool:
+    """Weights kept as MXFP8 tensors (``fp8_param_gather`` under the MXFP8 recipe)."""
+    return (training.fp8_param_gather and training.precision.gemm_dtype is Dtype.FP8
+            and training.fp8_recipe is Fp8Recipe.MXFP8)
+
+
+def stored_weight_bytes(training: TrainingSpec) -> float | None:
+    """Bytes per element of a weight kept in the GEMM format (``fp8_param_gather``), or None
+    for 16-bit weights: MXFP8's two scaled copies, else one FP8 or NVFP4 copy."""
+    if not training.fp8_param_gather:
+        return None
+    return MXFP8_PARAM_BYTES if mxfp8_params(training) else training.precision.gemm_dtype.bytes
+
+
+def gathered_weight_bytes(training: TrainingSpec, strategy: Strategy) -> float | None:
+    """Bytes per element of a weight all-gathered in the GEMM format, or None where weights
+    are gathered in 16 bits: MXFP8 weights under the distributed optimizer (ZeRO-1/2) travel
+    in BF16 through the gradient buffer (see the module docstring)."""
+    if not training.fp8_param_gather or (mxfp8_params(training) and 1 <= strategy.zero <= 2):
+        return None
+    return training.precision.gemm_dtype.bytes
 
 
 def _is_quantized_gemm(k: Kernel) -> bool:

@@ -33,7 +33,7 @@ from clustersim.workloads.stages import StagePlan, stage_plans
 from clustersim.workloads.strategy import (
     Offload, Recompute, RecomputeModule, Schedule, Strategy, Zero3Granularity, micro_batches,
 )
-from clustersim.workloads.fp8 import MX_SCALE_BYTES
+from clustersim.workloads.fp8 import MX_SCALE_BYTES, stored_weight_bytes
 from clustersim.workloads.training import (
     AttentionKernel, CrossEntropy, Fp8Recipe, Precision, TrainingSpec,
 )
@@ -302,10 +302,11 @@ def _state_bytes(shard: Shard, training: TrainingSpec, strategy: Strategy
     per, z = model_state_bytes(training), strategy.zero
     kept = strategy.fsdp_keeps_gathered      # gathered weights, unsharded gradients all step
     # FP8/NVFP4 weights (Megatron --fp8-param-gather and fp4_param_gather, torchao float8
-    # parameters): stored in the GEMM format; tables stay 16-bit.
-    low = training.fp8_param_gather and shard.kind is not ParamKind.VOCAB
-    weights = shard.resident(z >= 3 and not kept) * (
-        training.precision.gemm_dtype.bytes if low else per.weights)
+    # parameters): stored in the GEMM format (MXFP8: both scaled copies); tables stay 16-bit.
+    low = stored_weight_bytes(training)
+    if low is None or shard.kind is ParamKind.VOCAB:
+        low = per.weights
+    weights = shard.resident(z >= 3 and not kept) * low
     # FSDP2 under PP with an FP32 reduce dtype accumulates the unsharded gradients in FP32
     # between micro-batches (``FSDPParam.to_accumulated_grad_if_needed``).
     grad_bytes = 4.0 if kept and training.fp32_grad_reduce and per.gradients < 4 else per.gradients

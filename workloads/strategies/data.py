@@ -14,7 +14,8 @@ gathers, the optimizer step and its offload.
   last micro-batch's backward (``Strategy.fsdp_keeps_gathered``).
 - FP8 weights (``training.fp8_param_gather``: Megatron's ``--fp8-param-gather``, FSDP2's float8
   all-gather) are gathered in 1 byte, NVFP4 weights (``fp4_param_gather``) in 0.5 + 1/16; the
-  vocabulary tables and gradients stay 16-bit.
+  vocabulary tables and gradients stay 16-bit. MXFP8 weights under the distributed optimizer
+  are gathered in BF16 (``fp8.gathered_weight_bytes``).
 - FP32 gradient reduction (``training.fp32_grad_reduce``: torchtitan's FSDP2 mixed-precision
   policy, ``reduce_dtype=float32``): every gradient reduction carries 4 bytes per element.
 - Offload (ZeRO-Offload, ZeRO-Infinity): gradients to the host, the Adam step there, parameters
@@ -34,6 +35,7 @@ from __future__ import annotations
 from clustersim.workloads.axes import (
     DP_REPLICATE_GROUP, SUBNETWORK_DATA_GROUP, TIED_EMBEDDING_GROUP, Axis,
 )
+from clustersim.workloads.fp8 import gathered_weight_bytes
 from clustersim.workloads.layer_ops import Pass
 from clustersim.workloads.shards import ParamKind, Shard, stage_shards
 from clustersim.workloads.strategies.program import StageProgram
@@ -51,9 +53,9 @@ class DataParallel:
         self.per_tensor = self.zero3 and s.zero3_granularity is Zero3Granularity.TENSOR
         self.keeps_gathered = s.fsdp_keeps_gathered
         self.last_micro = stage.job.micro_batches - 1
-        self.fp8_weights = stage.job.training.fp8_param_gather
-        self.gemm_bytes = stage.job.training.precision.gemm_dtype.bytes
-        """Bytes of a weight gathered in the GEMM format (1 for FP8, 0.5 + 1/16 for NVFP4)."""
+        self.gemm_bytes = gathered_weight_bytes(stage.job.training, s)
+        """Bytes of a weight gathered in the GEMM format (1 for FP8, 0.5 + 1/16 for NVFP4), or
+        None where weights are gathered in the compute dtype."""
         self.fp32_grads = stage.job.training.fp32_grad_reduce
         self.shards = stage_shards(stage.model, s, stage.plan)
         self.gathers_updated = 1 <= s.zero <= 2 and any(
@@ -76,7 +78,7 @@ class DataParallel:
         the experts' one named ``.experts``), none over a group of one."""
         groups: dict[str, tuple[Shard, float]] = {}
         for shard in shards:
-            low = weights and self.fp8_weights and shard.kind is not ParamKind.VOCAB
+            low = weights and self.gemm_bytes is not None and shard.kind is not ParamKind.VOCAB
             nbytes = shard.params * (self.gemm_bytes if low else self.stage.element_bytes)
             if kind is not CollectiveKind.ALL_GATHER and self.fp32_grads:
                 nbytes = shard.params * 4.0    # FSDP2's FP32 reduce dtype
