@@ -32,7 +32,9 @@ GRAD_CASTS = ("expert_fc1.fp8_quantize_grad", "expert_fc2.fp8_quantize_grad")
 
 
 @pytest.mark.parametrize("recipe,per_expert,swizzles", [
-    ("tensorwise", 3, 0),   # nvte_compute_amax, nvte_compute_scale_from_amax, nvte_quantize_v2
+    # nvte_compute_amax (zero the amax, then reduce it), nvte_compute_scale_from_amax,
+    # nvte_quantize_v2 (TE common/recipe/current_scaling.cu, pytorch/csrc/quantizer.cpp)
+    ("tensorwise", 4, 0),
     ("mxfp8", 1, 2),        # nvte_quantize_v2; a scale swizzle per operand of each grouped GEMM
 ])
 def test_each_expert_slice_is_cast_with_its_recipes_kernels(recipe, per_expert, swizzles):

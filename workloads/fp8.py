@@ -48,8 +48,12 @@ time (``tex.fused_multi_quantize`` up to 2.4, ``tex.split_quantize`` from 2.5, w
 ``multi_tensor_quantize_impl`` in ``pytorch/csrc/extensions/cast.cpp`` runs one fused
 ``nvte_multi_cast_transpose`` for all experts only under delayed scaling and "quantize kernels
 individually" otherwise). One cast is
-``nvte_quantize_v2`` under MXFP8; ``nvte_compute_amax``, ``nvte_compute_scale_from_amax`` and
-``nvte_quantize_v2`` under current scaling (``Float8CurrentScalingQuantizer::quantize_impl``).
+``nvte_quantize_v2`` under MXFP8; under current scaling
+(``Float8CurrentScalingQuantizer::quantize_impl`` in ``pytorch/csrc/quantizer.cpp``) four:
+``nvte_compute_amax`` zeroes the amax before its atomic-max reduction (a ``cudaMemsetAsync`` in
+``launch_amax_kernel``, ``common/recipe/current_scaling.cu``, TE 2.3-2.7; a one-thread
+``zero_amax_kernel`` there from TE 2.8 to 2.18) and then reduces it, then
+``nvte_compute_scale_from_amax`` (one thread) and ``nvte_quantize_v2``.
 MXFP8 is still cast slice by slice at TE 2.18 (2026-08); NVFP4 has a grouped cast kernel from
 TE 2.14 (``QuantizationMethod::FUSED_NVFP4``) and takes one launch here (earlier releases
 cast NVFP4 slice by slice as well). Each MXFP8 grouped GEMM first swizzles the scales of both
@@ -112,10 +116,10 @@ SEQUENCE_GATHERED_GRADS = frozenset(("attn_proj", "fc2"))
 """Row-parallel GEMMs whose output gradient sequence parallelism all-gathers in backward."""
 COLUMN_COPY_BYTES = 1.0
 """The transposed FP8 copy a cast-transpose kernel writes (1 byte per element)."""
-EXPERT_CAST_KERNELS = {Fp8Recipe.TENSORWISE: 3, Fp8Recipe.MXFP8: 1}
-"""Kernels of one expert slice's cast in ``GroupedLinear`` (see the module docstring): amax,
-scale and cast under current scaling; the cast alone under MXFP8. Delayed scaling casts every
-expert in one kernel."""
+EXPERT_CAST_KERNELS = {Fp8Recipe.TENSORWISE: 4, Fp8Recipe.MXFP8: 1}
+"""Kernels of one expert slice's cast in ``GroupedLinear`` (see the module docstring): the amax
+zeroing, the amax, the scale and the cast under current scaling; the cast alone under MXFP8.
+Delayed scaling casts every expert in one kernel."""
 MXFP8_SWIZZLES_PER_GEMM = 2
 """One scale-swizzle kernel per operand of an MXFP8 grouped GEMM."""
 
