@@ -61,6 +61,21 @@ operands for cuBLAS, one multi-tensor kernel each (``multi_tensor_swizzle_scalin
 ``te_general_grouped_gemm``). The traffic is the same as one cast of the whole tensor; the
 launches are what the split adds. Dense GEMMs keep one launch per cast.
 
+Each expert's rows must be a multiple of the recipe's alignment for the FP8 GEMMs (Megatron-Core
+``get_align_size_for_quantization``: 16 for per-tensor FP8, 32 for MXFP8, 128 for NVFP4, in
+``fp8_utils.py``/``fp4_utils.py``, core 0.13-0.18). Megatron-Core's ``TEGroupedMLP.forward``
+(``transformer/moe/experts.py``, core 0.13-0.18; FP4 as well from 0.17) pads them with TE's
+``Fp8Padding`` before fc1 (the permuted tokens and, separately, their probabilities) and
+``Fp8Unpadding`` after fc2, each one ``multi_padding`` kernel for all experts
+(``common/util/padding.cu``) that copies every row into a fresh buffer; backward runs the
+inverse copies. Nothing is copied where every count is already aligned (``Fp8Padding.forward``
+returns early): HybridEP pads inside its permute (``pad_multiple``; core 0.18's
+``skip_routed_expert_padding`` skips the modules for it and for
+``moe_router_padding_for_quantization``, which no Megatron-Bridge Qwen3 or DeepSeek-V3 recipe
+of v0.2.0-v0.5.0 sets), and a capacity padded to a multiple of the alignment needs nothing. The
+copies are charged to the ``alltoall`` dispatcher only: the ``deepep`` rows here also stand for
+HybridEP, which does not copy.
+
 NVFP4 (``precision: nvfp4``; TE ``NVFP4BlockScaling``, NVIDIA arXiv 2509.25149 sec. 4 and TE's
 NVFP4 documentation) quantises the same operands of the same GEMMs (fprop, dgrad and wgrad all
 run in FP4; Megatron-Bridge's performance recipes keep no layer in BF16,
@@ -120,6 +135,10 @@ EXPERT_CAST_KERNELS = {Fp8Recipe.TENSORWISE: 4, Fp8Recipe.MXFP8: 1}
 """Kernels of one expert slice's cast in ``GroupedLinear`` (see the module docstring): the amax
 zeroing, the amax, the scale and the cast under current scaling; the cast alone under MXFP8.
 Delayed scaling casts every expert in one kernel."""
+EXPERT_ROW_ALIGNMENT = {Fp8Recipe.DELAYED: 16, Fp8Recipe.TENSORWISE: 16, Fp8Recipe.MXFP8: 32}
+"""Rows each expert's FP8 GEMM needs a multiple of (Megatron-Core ``get_fp8_align_size``)."""
+NVFP4_EXPERT_ROW_ALIGNMENT = 128
+"""Megatron-Core ``get_fp4_align_size`` (fp4_utils.py, core 0.17): 128."""
 MXFP8_SWIZZLES_PER_GEMM = 2
 """One scale-swizzle kernel per operand of an MXFP8 grouped GEMM."""
 
@@ -129,6 +148,7 @@ class Fp8Casts:
 
     def __init__(self, training: TrainingSpec, strategy: Strategy):
         self.recipe = training.fp8_recipe
+        self.quantized = training.precision.gemm_dtype in QUANTIZED_GEMM_DTYPES
         self.nvfp4 = training.precision.gemm_dtype is Dtype.NVFP4
         self.fp8_params = training.fp8_param_gather
         self.mx_params = mxfp8_params(training)
@@ -203,6 +223,30 @@ class Fp8Casts:
             return 1
         swizzles = MXFP8_SWIZZLES_PER_GEMM * gemms if self.recipe is Fp8Recipe.MXFP8 else 0
         return k.launches * per_cast + swizzles
+
+    def row_alignment(self) -> int:
+        """Rows each expert's quantised GEMM needs a multiple of (see the module docstring)."""
+        if self.nvfp4:
+            return NVFP4_EXPERT_ROW_ALIGNMENT
+        return EXPERT_ROW_ALIGNMENT[self.recipe]
+
+    def expert_padding(self, rows: int, experts: int, hidden: int, elem: float, *,
+                       fixed_rows: bool, dispatcher_pads: bool
+                       ) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
+        """``TEGroupedMLP``'s padding before fc1 and unpadding after fc2 of ``experts`` local
+        experts' ``rows`` each (see the module docstring): each copies every row of ``hidden``
+        (read and write); the padding copies the probabilities as well, in a kernel of its own
+        whose one value per row is not counted as traffic. Nothing where the dispatcher pads,
+        or where every expert computes a fixed number of rows (a padded capacity) that is a
+        multiple of the alignment; dropless counts are whatever routing gives."""
+        if (not self.quantized or dispatcher_pads
+                or (fixed_rows and rows % self.row_alignment() == 0)):
+            return (), ()
+        received = rows * experts
+        pad = Kernel("expert_fp8_pad", OpClass.ELEMENTWISE, 0.0, 2 * received * hidden * elem,
+                     launches=2)
+        unpad = Kernel("expert_fp8_unpad", OpClass.ELEMENTWISE, 0.0, 2 * received * hidden * elem)
+        return (pad,), (unpad,)
 
     def _gathered(self, per_element: float, fused: bool) -> float:
         """Cast traffic per gathered element of an operand that sequence parallelism

@@ -17,8 +17,9 @@ Sources:
   layers, MTP), tested against it.
 - MoE layers: router GEMM and its FP32 softmax/top-k, permute and unpermute, grouped expert
   GEMMs whose rows are the busiest device's tokens per expert (``routing.expert_load``), issued
-  as one GEMM per local expert (Transformer Engine's ``GroupedLinear``), shared experts as a
-  dense MLP every token passes.
+  as one GEMM per local expert (Transformer Engine's ``GroupedLinear``; under FP8, the copies
+  that pad each expert's rows to the recipe's alignment: ``workloads/fp8.py``), shared experts
+  as a dense MLP every token passes.
 Kernels describe ONE device's share (after TP/CP/EP splits) for ONE micro-batch.
 """
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 
 from clustersim.hardware_specs import Dtype, OpClass
 from clustersim.workloads import eager_ops
+from clustersim.workloads.dispatch import Dispatcher
 from clustersim.workloads.fp8 import Fp8Casts
 from clustersim.workloads.kernels import Kernel
 from clustersim.workloads.kernels import backward_of as _backward_of
@@ -208,6 +210,10 @@ class LayerOps:
         received = rows * local_experts
         if s.ep > 1:  # the received rows, sorted from source-major to expert-major
             out.append(_elementwise("expert_sort", received * m.hidden, 2, e))
+        pad, unpad = self.fp8.expert_padding(
+            rows, local_experts, m.hidden, e, fixed_rows=t.moe.pad_to_capacity,
+            dispatcher_pads=s.ep_dispatcher is not Dispatcher.ALLTOALL)
+        out += pad
         # Transformer Engine's GroupedLinear: one cuBLAS GEMM per local expert.
         out.append(_gemm("expert_fc1", rows, up_n, m.hidden, e, gd, local_experts, local_experts))
         if m.activation_clamp:
@@ -225,6 +231,7 @@ class LayerOps:
             # of all rows (read, write); fc1's bias rides in the GEMM's epilogue.
             out.append(_elementwise("expert_fc2_bias", received * m.hidden, 6, e,
                                     launches=2 * local_experts + 1))
+        out += unpad
         if s.ep > 1:
             out.append(_elementwise("expert_unsort", received * m.hidden, 2, e))
         # Read every expert output and its probability, write the weighted sum per token.
