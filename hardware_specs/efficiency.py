@@ -34,6 +34,10 @@ class OpClass(enum.Enum):
     """Transformer Engine 1.x's cuDNN fused attention of early 2024 (cuDNN 9.0) on Hopper: a
     measured multiple of FlashAttention-2's rate (``attention``), with its in-training factor;
     a device without FlashAttention-3-class kernels runs it as ``attention``."""
+    SSD = "ssd"
+    """Mamba-2's chunked scan (mamba_ssm's Triton SSD kernels: tensor-core products inside
+    chunks, a sequential pass between them): its own measured rate (``cost/compute.py``), with
+    the GEMMs' in-training factor (``MEASURED_AS``)."""
     ELEMENTWISE = "elementwise"
     OPTIMIZER = "optimizer"
     """One fused streaming pass over parameters, gradients and optimizer state; timed by bytes
@@ -50,9 +54,11 @@ ATTENTION_CLASSES = frozenset((OpClass.ATTENTION, OpClass.ATTENTION_FA3, OpClass
                                OpClass.ATTENTION_CUDNN_2024))
 """Fused attention kernels: timed like GEMMs over query tiles, the key length as inner loop."""
 
-MEASURED_AS = {OpClass.ATTENTION_CUDNN_2024: OpClass.ATTENTION}
-"""Classes timed as a measured multiple of another class, whose curves and in-training factors
-they take (a calibrated profile fits and writes only the others)."""
+MEASURED_AS = {OpClass.ATTENTION_CUDNN_2024: OpClass.ATTENTION, OpClass.SSD: OpClass.MATMUL}
+"""Classes timed as a measured multiple of another class, or at a measured rate of their own,
+whose in-training factors they take from that class (a calibrated profile fits and writes only
+the others): the SSD scan's rate comes from an isolated benchmark of tensor-core kernels, so it
+takes the GEMMs' in-training factor."""
 
 MEMORY_BOUND = frozenset((OpClass.ELEMENTWISE, OpClass.OPTIMIZER, OpClass.TRANSCENDENTAL))
 """Op classes timed by bytes moved (curve sizes in bytes), not by FLOPs."""

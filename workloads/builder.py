@@ -51,7 +51,7 @@ class StageBuilder:
         self.expert = ExpertParallel(self.stage, self.tensor)
         self.pipeline = PipelineParallel(self.stage)
         self.data = DataParallel(self.stage)
-        self._work: dict[tuple[bool, bool], tuple[LayerWork, LayerWork, LayerWork]] = {}
+        self._work: dict[tuple, tuple[LayerWork, LayerWork, LayerWork, tuple]] = {}
         """(forward, backward, recompute) kernels of each kind of layer the stage holds."""
 
     def work(self, layer: int) -> tuple[LayerWork, LayerWork, LayerWork]:
@@ -70,8 +70,12 @@ class StageBuilder:
         deps = deps + self.data.before_forward(phase, micro, layer, layers)
         tag = f"{'fwd' if phase is Phase.FORWARD else 'recompute'}{micro}.layer{layer}"
         work = self.work(layer)[0]
-        attn = self.context.attention(f"{tag}.attn", phase, work.attention, deps, backward=False)
-        return (yield from self.expert.mlp(f"{tag}.mlp", phase, work.mlp, (attn,)))
+        if work.attention:   # a hybrid stack's layer holds one of the two blocks
+            deps = (self.context.attention(f"{tag}.attn", phase, work.attention, deps,
+                                           backward=False),)
+        if not work.mlp:
+            return deps[0]
+        return (yield from self.expert.mlp(f"{tag}.mlp", phase, work.mlp, deps))
 
     def layer_backward(self, micro: int, layer: int, layers: list[int], deps: tuple[int, ...],
                        last_micro: bool) -> Steps:
@@ -96,11 +100,13 @@ class StageBuilder:
             # The checkpoint recomputes the whole layer's unsaved work at its first unpack,
             # before the MLP's backward.
             mlp_work = recompute.attention + recompute.mlp + mlp_work
-        mlp = yield from self.expert.mlp(f"{tag}.mlp", Phase.BACKWARD, mlp_work, deps)
-        attn = self.context.attention(f"{tag}.attn", Phase.BACKWARD, attention, (mlp,),
-                                      backward=True)
+        if mlp_work:
+            deps = ((yield from self.expert.mlp(f"{tag}.mlp", Phase.BACKWARD, mlp_work, deps)),)
+        if attention:
+            deps = (self.context.attention(f"{tag}.attn", Phase.BACKWARD, attention, deps,
+                                           backward=True),)
         self.data.reduce_gradients(tag, layer, last_micro)
-        return attn
+        return deps[0]
 
     # --- embedding and LM head -----------------------------------------------------------
     def embedding_forward(self, micro: int, deps: tuple[int, ...]) -> int:
@@ -258,6 +264,12 @@ def build_trace(job: Job) -> Trace:
     s, m = job.strategy, job.model
     if s.world_size < 1:
         raise SpecError("strategy", "empty world")
+    if m.is_hybrid and s.cp > 1:
+        raise SpecError("strategy.cp", f"{s.cp}: context parallelism of Mamba layers "
+                        "(Megatron-Core's MambaContextParallel) is not modelled")
+    if m.is_hybrid and s.recompute is Recompute.OP:
+        raise SpecError("strategy.recompute", "per-op recompute of a hybrid stack is not "
+                        "modelled")
     layout = ParallelLayout(tp=s.tp, cp=s.cp, dp=s.dp, pp=s.pp, ep=s.ep if m.is_moe else 1,
                             etp=s.expert_tp, cp_a2a=s.cp_a2a or 1, dp_shard=s.zero_shards,
                             sdp=block_ranks(m, s) if s.subnetworks else 0)

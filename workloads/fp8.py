@@ -123,11 +123,12 @@ hidden-4096 layer's 12 GEMMs at 15,872 tokens: autocast minus pre-quantised NVFP
 (8 TB/s x 0.84) take 1.894 ms (tests/test_nvfp4.py recomputes it)."""
 NVFP4_TRANSPOSE_BYTES = 2 * Dtype.NVFP4.bytes
 """Read and write an NVFP4 weight element with its scales (16 x 16 blocks transpose as they are)."""
-NORM_FED = frozenset(("qkv", "fc1"))
-"""GEMMs whose input comes straight from a norm, where delayed scaling fuses the cast."""
+NORM_FED = frozenset(("qkv", "fc1", "in_proj"))
+"""GEMMs whose input comes straight from a norm, where delayed scaling fuses the cast (a Mamba
+layer's in_proj is Transformer Engine's LayerNormColumnParallelLinear, as qkv and fc1 are)."""
 SEQUENCE_GATHERED_INPUTS = NORM_FED
 """Column-parallel GEMMs whose input sequence parallelism all-gathers over TP."""
-SEQUENCE_GATHERED_GRADS = frozenset(("attn_proj", "fc2"))
+SEQUENCE_GATHERED_GRADS = frozenset(("attn_proj", "fc2", "out_proj"))
 """Row-parallel GEMMs whose output gradient sequence parallelism all-gathers in backward."""
 COLUMN_COPY_BYTES = 1.0
 """The transposed FP8 copy a cast-transpose kernel writes (1 byte per element)."""

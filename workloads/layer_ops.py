@@ -15,6 +15,7 @@ Sources:
   are replicated over TP (Megatron-Core's MLA keeps them unsplit). Whole-model FLOPs follow
   Megatron-LM's ``num_floating_point_operations`` (MLA, routed and shared experts, dense first
   layers, MTP), tested against it.
+- Mamba-2 layers of a hybrid stack: ``workloads/mamba_ops.py``.
 - MoE layers: router GEMM and its FP32 softmax/top-k, permute and unpermute, grouped expert
   GEMMs whose rows are the busiest device's tokens per expert (``routing.expert_load``), issued
   as one GEMM per local expert (Transformer Engine's ``GroupedLinear``; under FP8, the copies
@@ -37,6 +38,8 @@ from clustersim.workloads.kernels import Kernel
 from clustersim.workloads.kernels import backward_of as _backward_of
 from clustersim.workloads.kernels import elementwise as _elementwise
 from clustersim.workloads.kernels import gemm as _gemm
+from clustersim.workloads.hybrid import LayerType, mamba_in_proj_width, ssd_flops_per_token
+from clustersim.workloads.mamba_ops import MambaOps
 from clustersim.workloads.model import LocalAttention, Mlp, Norm, Position, TransformerSpec
 from clustersim.workloads.routing import expert_load
 from clustersim.workloads.shards import vocab_rows
@@ -77,6 +80,7 @@ class LayerOps:
         self.tokens = training.micro_batch * training.seq_len // s.cp
         """Tokens of one micro-batch on one device's sequence shard."""
         self.fp8 = Fp8Casts(training, strategy)
+        self.mamba = MambaOps(model, strategy, self.tokens, self.elem, self.gemm_dtype)
         self.norm_tokens = self.tokens // s.sequence_split
         """Tokens element-wise work runs on (sequence parallelism splits them over TP)."""
         self.expert_tokens = (self.norm_tokens * s.expert_tp
@@ -238,10 +242,26 @@ class LayerOps:
         out.append(_elementwise("unpermute", routed * m.hidden + T * m.hidden, 1, e))
         return out
 
-    def _forward_plain(self, layer: int | None) -> LayerWork:
-        """The forward kernels before FP8 adds its casts."""
+    def _forward_hybrid(self, i: int) -> LayerWork:
+        """A layer of a hybrid stack: pre-norm, its one block, residual. Mamba and attention
+        blocks run as the attention part (TP and CP around them), MLP and MoE blocks as the
+        MLP part (TP, or EP's dispatch and combine); the other part is empty."""
+        m, Tn, e = self.model, self.norm_tokens, self.elem
+        kind = m.layer_type(i)
+        norm, residual = (self._norm("norm1", Tn * m.hidden),
+                          _elementwise("residual1", Tn * m.hidden, 3, e))
+        if kind is LayerType.MAMBA:
+            return LayerWork(tuple([norm] + self.mamba.forward() + [residual]), ())
+        if kind is LayerType.ATTENTION:
+            return LayerWork(self._attention_block(i), ())
+        mlp = [self._norm("norm2", Tn * m.hidden)]
+        mlp += self._moe_mlp() if kind is LayerType.MOE else self._dense_mlp("", m.ffn_hidden,
+                                                                           self.tokens)
+        mlp.append(_elementwise("residual2", Tn * m.hidden, 3, e))
+        return LayerWork((), tuple(mlp))
+
+    def _attention_block(self, i: int) -> tuple[Kernel, ...]:
         m, s = self.model, self.strategy
-        i = self._layer(layer)
         e, T, Tn, gd = self.elem, self.tokens, self.norm_tokens, self.gemm_dtype
         attn = [self._norm("norm1", Tn * m.hidden)] + self._projections()
         attn += list(self.attention_core(i))
@@ -250,10 +270,19 @@ class LayerOps:
             _gemm("attn_proj", T, m.hidden, m.attn_out_dim // s.tp, e, gd),
             _elementwise("residual1", Tn * m.hidden, 3 + (1.5 if m.dropout else 0), e),
         ]
+        return tuple(attn)
+
+    def _forward_plain(self, layer: int | None) -> LayerWork:
+        """The forward kernels before FP8 adds its casts."""
+        m = self.model
+        i = self._layer(layer)
+        if m.is_hybrid:
+            return self._forward_hybrid(i)
+        e, T, Tn = self.elem, self.tokens, self.norm_tokens
         mlp = [self._norm("norm2", Tn * m.hidden)]
         mlp += self._moe_mlp() if m.is_moe_layer(i) else self._dense_mlp("", m.ffn_hidden, T)
         mlp.append(_elementwise("residual2", Tn * m.hidden, 3 + (1.5 if m.dropout else 0), e))
-        return LayerWork(tuple(attn), tuple(mlp))
+        return LayerWork(self._attention_block(i), tuple(mlp))
 
     def forward(self, layer: int | None = None) -> LayerWork:
         """One layer's forward kernels on one device for one micro-batch, FP8 casts included
@@ -265,7 +294,10 @@ class LayerOps:
         """Gradients of one layer: two GEMMs per forward GEMM, 2.5x for flash attention,
         1.5x the traffic for element-wise kernels, and the FP8 casts of output gradients."""
         fwd = self._forward_plain(layer)
-        return LayerWork(self.fp8.backward(_backward_of(fwd.attention, self.elem)),
+        attention = _backward_of(fwd.attention, self.elem)
+        if any(k.op_class is OpClass.SSD for k in attention):
+            attention = self.mamba.backward(attention)
+        return LayerWork(self.fp8.backward(attention),
                          self.fp8.backward(_backward_of(fwd.mlp, self.elem)))
 
     def recompute(self, layer: int | None = None) -> LayerWork:
@@ -402,6 +434,15 @@ def layer_gemm_params(model: TransformerSpec, layer: int) -> float:
     dense MLP)."""
     m = model
     h = m.hidden
+    kind = m.layer_type(layer)
+    if kind is LayerType.MAMBA:   # in_proj and out_proj
+        d_inner = m.mamba_heads * m.mamba_head_dim
+        return h * (mamba_in_proj_width(m.mamba_heads, m.mamba_head_dim, m.mamba_state,
+                                        m.mamba_groups) + d_inner)
+    if kind is LayerType.MOE:
+        return moe_block_gemm_params(m)
+    if kind is LayerType.MLP:
+        return (3 if m.mlp is Mlp.SWIGLU else 2) * m.hidden * m.ffn_hidden
     if m.is_mla:
         q = (h * m.q_lora_rank + m.q_lora_rank * m.q_dim) if m.q_lora_rank else h * m.q_dim
         kv = (h * (m.kv_lora_rank + m.qk_rope_head_dim)
@@ -409,6 +450,8 @@ def layer_gemm_params(model: TransformerSpec, layer: int) -> float:
         attention = q + kv + m.attn_out_dim * h
     else:
         attention = h * (m.q_dim + m.kv_dim + m.v_dim) + m.attn_out_dim * h
+    if kind is LayerType.ATTENTION:
+        return attention
     if m.is_moe_layer(layer):
         return attention + moe_block_gemm_params(m)
     return attention + (3 if m.mlp is Mlp.SWIGLU else 2) * m.hidden * m.ffn_hidden
@@ -426,7 +469,10 @@ def layer_forward_flops(model: TransformerSpec, layer: int, seq_len: int) -> flo
     """Forward FLOPs per token of one layer, attention counted without the causal saving
     (twice the causal keys), as Narayanan et al. SC'21 eq. (3) and PaLM App. B count it."""
     m = model
-    keys = 2.0 * attended_keys(m, layer, seq_len)
+    if m.layer_type(layer) is LayerType.MAMBA:   # the projections and the SSD scan
+        return 2.0 * layer_gemm_params(m, layer) + ssd_flops_per_token(
+            m.mamba_heads, m.mamba_head_dim, m.mamba_state, m.mamba_groups, m.mamba_chunk)
+    keys = 2.0 * attended_keys(m, layer, seq_len) if m.has_attention(layer) else 0.0
     attention = 2.0 * keys * m.heads * (m.head_dim + m.value_head_dim)
     return 2.0 * layer_gemm_params(m, layer) + attention
 
@@ -517,7 +563,7 @@ def recompute_flops_per_token(model: TransformerSpec, seq_len: int, recompute: R
     if recompute is Recompute.FULL:
         return sum(layer_forward_flops(m, i, seq_len) for i in range(m.layers))
     core = sum(2.0 * 2.0 * attended_keys(m, i, seq_len) * m.heads
-               * (m.head_dim + m.value_head_dim) for i in range(m.layers))
+               * (m.head_dim + m.value_head_dim) for i in range(m.layers) if m.has_attention(i))
     if recompute is Recompute.OP:
         gemms = m.layers * sum(2.0 * n * k for _, n, k in op_recomputed_matmuls(m))
         return gemms + (0.0 if attention.fused else core)
@@ -530,7 +576,8 @@ def recompute_flops_per_token(model: TransformerSpec, seq_len: int, recompute: R
         if RecomputeModule.MOE in modules:
             extra += m.moe_layers * 2.0 * moe_block_gemm_params(m)
         if RecomputeModule.MLP in modules:
-            extra += (m.layers - m.moe_layers) * 2.0 * m.hidden * m.ffn_hidden * (
+            dense = sum(1 for i in range(m.layers) if m.has_mlp(i) and not m.is_moe_layer(i))
+            extra += dense * 2.0 * m.hidden * m.ffn_hidden * (
                 3 if m.mlp is Mlp.SWIGLU else 2)
         return extra
     return 0.0

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from clustersim.hardware_specs import Dtype
+from clustersim.workloads.hybrid_memory import hybrid_layer_bytes
 from clustersim.workloads.layer_ops import op_saved_matmul_width
 from clustersim.workloads.pipelining_memory import ChunkBytes, Held, peak_held, rank_actions
 from clustersim.workloads.model import Mlp, TransformerSpec
@@ -138,6 +139,8 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
         return _op_saved_bytes(m, t, st)
     i = m.layers - 1 if layer is None else layer
     tp, sp = st.tp, st.sequence_parallel
+    if m.is_hybrid:
+        return _hybrid_layer(m, t, st, i)
     e = t.precision.activation_bytes
     f = linear_input_bytes(t)                  # a linear layer's saved input
     sbh = _sbh(m, t, st)                       # s b h on this device's sequence shard
@@ -192,6 +195,20 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
     return replicated / (tp if sp else 1) + whole + (split + core) / tp
 
 
+def _hybrid_layer(model: TransformerSpec, training: TrainingSpec, strategy: Strategy,
+                  layer: int) -> float:
+    """A hybrid stack's layer (``workloads/hybrid_memory.py``), with the paged stash's spare
+    room beside a MoE layer's routed experts."""
+    per = _sbh(model, training, strategy) / model.hidden
+    kept, routed = hybrid_layer_bytes(
+        model, layer, per, training.precision.activation_bytes, linear_input_bytes(training),
+        strategy.tp, strategy.sequence_parallel, training.attention.fused)
+    if routed and strategy.moe_paged_stash_buffer:
+        kept += (strategy.moe_paged_stash_buffer - 1.0) * _routed_saved_bytes(
+            model, training, strategy, per, ())
+    return kept
+
+
 def _routed_saved_bytes(model: TransformerSpec, training: TrainingSpec, strategy: Strategy,
                         tokens: float, modules: tuple[RecomputeModule, ...]) -> float:
     """What the routed experts' fused grouped MLP saves for its backward on one device, at
@@ -241,7 +258,7 @@ def _mean_over_layers(model: TransformerSpec, training: TrainingSpec, strategy: 
                       plan: StagePlan) -> float:
     """Stored activations of one of the stage's layers, averaged over them (layers of a mixture
     of experts differ: DeepSeek-V3's dense first layers keep less than its MoE layers)."""
-    by_kind: dict[tuple[bool, bool], float] = {}
+    by_kind: dict[tuple, float] = {}
     for i in plan.layer_ids:
         kind = model.layer_kind(i)
         if kind not in by_kind:

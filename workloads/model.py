@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from clustersim.hardware_specs import SpecError
 from clustersim.hardware_specs.fields import MISSING, Fields
+from clustersim.workloads.hybrid import LayerType, check_hybrid, mamba_tensors
 
 
 class Mlp(enum.Enum):
@@ -128,6 +129,21 @@ class TransformerSpec:
     vision_params: int = 0
     """Parameters of a vision encoder and projector that the published total includes (Llama 4);
     counted in :attr:`parameters`, never simulated (the trace runs the text model)."""
+    hybrid_pattern: str = ""
+    """A hybrid stack's layers, one Megatron-Core symbol each (``workloads/hybrid.py``): M a
+    Mamba-2 mixer, * attention, - a dense MLP, E a mixture of experts, each layer one pre-norm
+    and one block. Empty: every layer is attention and an MLP (or MoE)."""
+    mamba_heads: int = 0
+    """Mamba-2 heads (Megatron ``mamba_num_heads``); d_inner = heads x head_dim."""
+    mamba_head_dim: int = 0
+    mamba_state: int = 0
+    """SSM state size N (``mamba_state_dim``, HF ``ssm_state_size``)."""
+    mamba_groups: int = 0
+    """B/C groups (``mamba_num_groups``, HF ``n_groups``)."""
+    mamba_conv: int = 4
+    """Taps of the depthwise causal conv1d (``d_conv``)."""
+    mamba_chunk: int = 128
+    """Chunk length Q of the SSD scan (``chunk_size``)."""
 
     # --- attention ---------------------------------------------------------------------
     @property
@@ -208,13 +224,40 @@ class TransformerSpec:
     def shared_ffn(self) -> int:
         return self.shared_expert_ffn or self.expert_ffn
 
+    @property
+    def is_hybrid(self) -> bool:
+        return bool(self.hybrid_pattern)
+
+    def layer_type(self, layer: int) -> LayerType | None:
+        """What layer ``layer`` of a hybrid stack is (None: attention and an MLP, no pattern)."""
+        return LayerType(self.hybrid_pattern[layer]) if self.hybrid_pattern else None
+
+    def has_attention(self, layer: int) -> bool:
+        return self.layer_type(layer) in (None, LayerType.ATTENTION)
+
+    def has_mlp(self, layer: int) -> bool:
+        """A dense MLP or a mixture of experts."""
+        return self.layer_type(layer) in (None, LayerType.MLP, LayerType.MOE)
+
     def is_moe_layer(self, layer: int) -> bool:
+        if self.hybrid_pattern:
+            return self.is_moe and self.layer_type(layer) is LayerType.MOE
         return (self.is_moe and layer >= self.first_dense_layers
                 and (layer + 1) % self.moe_layer_step == 0)
 
-    def layer_kind(self, layer: int) -> tuple[bool, bool]:
-        """(MoE MLP, global attention): what sets a layer's kernels apart from another's."""
-        return self.is_moe_layer(layer), self.is_global_attention(layer)
+    def layer_kind(self, layer: int) -> tuple[bool, bool, LayerType | None]:
+        """(MoE MLP, global attention, hybrid layer type): what sets a layer's kernels apart
+        from another's."""
+        return self.is_moe_layer(layer), self.is_global_attention(layer), self.layer_type(layer)
+
+    def mamba_tensors(self) -> tuple[tuple[int, bool], ...]:
+        """A Mamba-2 mixer's parameter tensors (size, TP-split), its layer's norm aside."""
+        return mamba_tensors(self.hidden, self.mamba_heads, self.mamba_head_dim,
+                             self.mamba_state, self.mamba_groups, self.mamba_conv)
+
+    @property
+    def mamba_params(self) -> int:
+        return sum(n for n, _ in self.mamba_tensors())
 
     @property
     def moe_layers(self) -> int:
@@ -241,6 +284,14 @@ class TransformerSpec:
         """(dense, expert) parameters of layer ``layer``: the expert part is its routed experts
         (0 in a dense layer); the dense part is everything else, shared experts and router
         included."""
+        kind = self.layer_type(layer)
+        if kind is not None:   # one pre-norm and one block
+            block = {LayerType.MAMBA: self.mamba_params, LayerType.ATTENTION: self.attention_params,
+                     LayerType.MLP: self.mlp_params(self.ffn_hidden)}
+            if kind is LayerType.MOE:
+                shared = self.shared_experts * self.mlp_params(self.shared_ffn)
+                return self.norm_params + self.router_params + shared, self.routed_expert_params
+            return self.norm_params + block[kind], 0
         base = self.attention_params + 2 * self.norm_params
         if self.is_moe_layer(layer):
             shared = self.shared_experts * self.mlp_params(self.shared_ffn)
@@ -339,6 +390,7 @@ class TransformerSpec:
 def check(model: TransformerSpec, path: str = "model") -> TransformerSpec:
     """Reject impossible architectures, naming the field and the numbers."""
     m = model
+    check_hybrid(m, path)
     if m.heads % m.kv_heads:
         raise SpecError(f"{path}.kv_heads", f"{m.kv_heads} does not divide {path}.heads={m.heads}")
     if m.top_k > m.num_experts:
@@ -433,6 +485,19 @@ PRESETS: Mapping[str, TransformerSpec] = {
     "mpt-7b": _mpt("mpt-7b", 32, 4096, 32, 50432),
     "mpt-30b": _mpt("mpt-30b", 48, 7168, 64, 50432),
     "mpt-70b": _mpt("mpt-70b", 80, 8192, 64, 50368),
+    # Nemotron 3 Nano 30B-A3B: Megatron-Bridge src/megatron/bridge/recipes/nemotronh/h100/
+    # nemotron_3_nano.py @ 067f987d (HybridModelProvider: pattern, hidden 2688, 32 query and 2
+    # KV heads of 128, 64 Mamba heads of 64, state 128, 8 groups, 128 experts of 1856, top-6,
+    # one shared expert of 3712, squared-ReLU MLPs: two GEMMs, run as mlp gelu; sigmoid router
+    # with expert bias), Megatron-LM mamba_mixer.py defaults d_conv 4, chunk_size 128; vocab
+    # 131,072 and untied embeddings from the HF config of nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B.
+    "nemotron3-nano-30b-a3b": TransformerSpec(
+        name="nemotron3-nano-30b-a3b", layers=52, hidden=2688, heads=32, kv_heads=2,
+        ffn_hidden=1856, vocab=131072, mlp=Mlp.GELU, tied_embeddings=False, head_dim=128,
+        norm=Norm.RMSNORM, position=Position.ROPE, num_experts=128, top_k=6,
+        moe_ffn_hidden=1856, shared_experts=1, shared_expert_ffn=3712, router_bias=True,
+        hybrid_pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+        mamba_heads=64, mamba_head_dim=64, mamba_state=128, mamba_groups=8),
     # Mixtral 8x7B (Jiang et al. 2024, arXiv 2401.04088): 8 experts, top-2, GQA.
     "mixtral-8x7b": replace(_llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000),
                             num_experts=8, top_k=2),
@@ -500,7 +565,8 @@ def _moe_and_attention_fields(f: Fields, d: Mapping) -> dict:
     """The mixture-of-experts, MLA and local-attention fields of an inline model."""
     whole = ("shared_experts", "shared_expert_ffn", "first_dense_layers", "expert_group_limit",
              "mtp_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim",
-             "local_window", "global_attention_every", "vision_params")
+             "local_window", "global_attention_every", "vision_params", "mamba_heads",
+             "mamba_head_dim", "mamba_state", "mamba_groups")
     out: dict = {key: f.integer(key, d.get(key, 0), minimum=0) for key in whole}
     for key in ("moe_layer_step", "expert_groups"):
         out[key] = f.integer(key, d.get(key, 1), minimum=1)
@@ -508,4 +574,7 @@ def _moe_and_attention_fields(f: Fields, d: Mapping) -> dict:
         out[key] = f.boolean(key, d.get(key, False))
     out["local_attention"] = f.choice("local_attention", LocalAttention,
                                       d.get("local_attention", "none"))
+    out["hybrid_pattern"] = f.text("hybrid_pattern", d.get("hybrid_pattern", ""))
+    out["mamba_conv"] = f.integer("mamba_conv", d.get("mamba_conv", 4), minimum=1)
+    out["mamba_chunk"] = f.integer("mamba_chunk", d.get("mamba_chunk", 128), minimum=1)
     return out

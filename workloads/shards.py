@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from clustersim.workloads.axes import DP_SHARD_GROUP, EXPERT_DATA_GROUP, SUBNETWORK_DATA_GROUP, Axis
+from clustersim.workloads.hybrid import LayerType
 from clustersim.workloads.model import Norm, Position, TransformerSpec
 from clustersim.workloads.stages import StagePlan
 from clustersim.workloads.strategy import Strategy
@@ -147,7 +148,15 @@ def layer_tensors(model: TransformerSpec, layer: int) -> tuple[ParamTensor, ...]
                  for _ in range(2 if m.norm is Norm.LAYERNORM and m.bias else 1))
     attention = tuple(ParamTensor(params=n, kind=ParamKind.DENSE, tp_split=split)
                       for n, split in zip(m.attention_tensors(), _attention_splits(m), strict=True))
-    out = norm + attention + norm
+    kind = m.layer_type(layer)
+    if kind is LayerType.MAMBA:
+        return norm + tuple(ParamTensor(params=n, kind=ParamKind.DENSE, tp_split=split)
+                            for n, split in m.mamba_tensors())
+    if kind is LayerType.ATTENTION:
+        return norm + attention
+    if kind is LayerType.MLP:
+        return norm + _mlp(m, m.ffn_hidden, ParamKind.DENSE)
+    out = norm if kind is LayerType.MOE else norm + attention + norm
     if not m.is_moe_layer(layer):
         return out + _mlp(m, m.ffn_hidden, ParamKind.DENSE)
     out += (ParamTensor(params=m.hidden * m.num_experts, kind=ParamKind.DENSE, tp_split=False),)

@@ -27,6 +27,7 @@ import math
 from clustersim.hardware_specs import DeviceSpec, Dtype, OpClass
 from clustersim.hardware_specs.efficiency import (ATTENTION_CLASSES, MEASURED_AS, MEMORY_BOUND,
                                                   for_class)
+from clustersim.workloads.hybrid import ssd_flops_per_token
 from clustersim.workloads.layer_ops import Kernel
 from clustersim.workloads.trace import ComputeOp
 
@@ -84,6 +85,21 @@ case, batch 2, 32 query and 4 KV heads of 128, 8,192 causal tokens (Llama-like G
 12.0122 ms with cuDNN and 19.0716 ms with flash-attn (1.35x at 512 tokens, 1.38x at 2,048).
 The kernel runs at FlashAttention-2's efficiency (calibrated curve or analytic) times this, with
 FlashAttention-2's in-training factor."""
+SSD_REFERENCE_FLOPS_PER_TOKEN = ssd_flops_per_token(heads=128, head_dim=64, state=128, groups=1,
+                                                    chunk=256)
+"""Forward FLOPs per token of the SSD scan (``workloads/hybrid.ssd_flops_per_token``) at
+granite-4.0-h-small's Mamba-2 shape: 128 heads of 64, 1 group, state 128, chunk 256 (the
+model's ``mamba_chunk_size``, which vLLM's unfused kernel was run with)."""
+SSD_EFFICIENCY = 1.180002e7 * SSD_REFERENCE_FLOPS_PER_TOKEN / 989.5e12
+"""Fraction of the BF16 dense peak the SSD scan's kernels reach: 0.101. vLLM PR #27299
+(vllm-project/vllm, comment of 2025-10-25, single H100) times the forward of the unfused Triton
+``mamba_chunk_scan_combined`` (chunk_cumsum, chunk_state, state_passing, bmm_chunk, chunk_scan,
+the kernels mamba_ssm ships) at granite-4.0-h-small's shape: 1.18e7 tokens/s at 32,768 tokens
+(1.07e7-1.29e7 from 4K to 262K), i.e. 99.9 TFLOP/s of the 989.5 TFLOPS BF16 peak. Only a
+forward is published: the backward's kernels (``_mamba_chunk_scan_combined_bwd``) are taken at
+the same rate, and a Blackwell GPU at the same fraction of its own BF16 peak (no Blackwell
+measurement of these Triton kernels is published). In a training step the fraction takes the
+GEMMs' in-training factor, as an isolated benchmark of tensor-core kernels (``MEASURED_AS``)."""
 LAUNCH_GAP_S = 2e-6
 """Idle time between dependent kernels on one stream (launch latency, tail)."""
 GROUPED_GEMM_LAUNCH_S = (1.0 / 553.945e12 - 1.0 / 627.903e12) * 2 * 2048 * 768 * 2048 * 16 / 8
@@ -200,6 +216,8 @@ class ComputeModel:
                 fp8_rate = eff.matmul_fp8 * self.device.flops(Dtype.FP8) * NVFP4_OVER_FP8_GEMM
                 ceiling = min(1.0, fp8_rate / self.device.flops(Dtype.NVFP4))
             return ceiling * shape_factor(k.m, k.n, k.k, concurrent_gemms(k), sms)
+        if op is OpClass.SSD:
+            return SSD_EFFICIENCY
         if op in ATTENTION_CLASSES:
             # Query tiles of 128 over batch x heads; the key length (n) is the inner loop.
             ceiling = {OpClass.ATTENTION_FA3: eff.attention_fa3,
