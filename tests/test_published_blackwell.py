@@ -274,8 +274,36 @@ def test_full_iteration_graph_rows_carry_what_their_builders_set():
             if r["id"].startswith(("mbridge_26.06_", "mbridge_26.06.01_", "mbridge_26.08_"))
             and r["moe"] == "true"]
     full = [r for r in rows if r["cuda_graphs"] == "full"]
-    assert len(rows) == 26 and len(full) == 24
+    assert len(rows) == 32 and len(full) == 24   # Nemotron 3 Nano's six rows: TE-scoped graphs
     for r in full:
         assert (r["moe_paged_stash_buffer"], r["ep_dispatcher"], r["ep_dispatcher_sms"],
                 r["moe_a2a_overlap"]) == ("1.2", "deepep", "32", "true"), r["id"]
         assert "cutedsl_fused_grouped_mlp True" in r["notes"], r["id"]
+
+
+NANO_SSD = (
+    "Nemotron 3 Nano's Mamba-2 scan runs at the fraction of the BF16 peak vLLM PR #27299 measured "
+    "for mamba_ssm's Triton forward on an H100 (0.101), its backward kernels at the same rate and "
+    "Blackwell at the same fraction of its own peak: no training (forward and backward) or "
+    "Blackwell measurement of these kernels is published. The row runs 14-17% faster than "
+    "measured (GB200 at micro-batch 2, B300), the GB300 rows 7-10%, while the Qwen3-30B-A3B "
+    "rows of the same sections (MoE layers of the same kind, no Mamba; full-iteration graphs "
+    "and the all-to-all overlap, which Nano's presets do not set) run 5-17% slow: the likely "
+    "gap is the scan's unmeasured training rate on Blackwell, not quantified."
+)
+NEMOTRON3_NANO = [   # hybrid Mamba-2/attention/MoE, TE-scoped CUDA graphs, HybridEP, no overlap
+    "mbridge_26.08_gb300_nemotron3_nano_mxfp8_8gpu",                 # -9.8%
+    "mbridge_26.06.01_gb300_nemotron3_nano_mxfp8_8gpu",              # -7.5%
+    _off("mbridge_26.06.01_gb200_nemotron3_nano_mxfp8_8gpu", NANO_SSD),   # -13.7%
+    "mbridge_26.06_gb300_nemotron3_nano_mxfp8_8gpu",                 # -10.2%
+    _off("mbridge_26.06_gb200_nemotron3_nano_mxfp8_8gpu", NANO_SSD),      # -16.9%
+    _off("mbridge_26.06_b300_nemotron3_nano_mxfp8_8gpu", NANO_SSD),       # -16.5%
+]
+
+
+@pytest.mark.parametrize("row_id", NEMOTRON3_NANO)
+def test_nemotron3_nano_runs_as_its_recipe_within_tolerance(catalog, row_id):
+    """Nemotron 3 Nano (hybrid_pattern, Mamba-2 layers) as Megatron-Bridge's presets ran it."""
+    result, error = _run(catalog, row_id)
+    assert abs(error) <= TOLERANCE, f"{row_id}: {error:+.1%}"
+    assert result.fits_in_memory
