@@ -166,13 +166,18 @@ def test_simulate_a_nemotron3_nano_step_from_the_command_line(tmp_path):
     assert data["breakdown"]["compute_s"] > 0
 
 
-def test_context_parallel_mamba_layers_are_an_error(tmp_path):
+@pytest.mark.parametrize("strategy, field", [
+    ("{tp: 1, pp: 1, dp: 4, cp: 2, ep: 4}", "strategy.cp"),
+    ("{tp: 1, pp: 1, dp: 8, ep: 8, recompute: modules, recompute_modules: [moe]}",
+     "strategy.recompute"),
+])
+def test_what_hybrid_stacks_do_not_model_is_an_error(tmp_path, strategy, field):
     config = tmp_path / "nano.yaml"
     config.write_text(
         "name: nano\nmodel: nemotron3-nano-30b-a3b\n"
         "training: {seq_len: 8192, global_batch: 64, micro_batch: 1}\n"
-        "strategy: {tp: 1, pp: 1, dp: 4, cp: 2, ep: 4}\n"
+        f"strategy: {strategy}\n"
         "cluster: {gpu: gb300, num_gpus: 8, gpus_per_node: 4}\n")
     run = subprocess.run([sys.executable, "-m", "clustersim", "simulate", str(config)], cwd=REPO,
                          capture_output=True, text=True, timeout=600)
-    assert run.returncode == 2 and "strategy.cp" in run.stderr
+    assert run.returncode == 2 and field in run.stderr, run.stderr

@@ -267,9 +267,9 @@ def build_trace(job: Job) -> Trace:
     if m.is_hybrid and s.cp > 1:
         raise SpecError("strategy.cp", f"{s.cp}: context parallelism of Mamba layers "
                         "(Megatron-Core's MambaContextParallel) is not modelled")
-    if m.is_hybrid and s.recompute is Recompute.OP:
-        raise SpecError("strategy.recompute", "per-op recompute of a hybrid stack is not "
-                        "modelled")
+    if m.is_hybrid and s.recompute in (Recompute.OP, Recompute.MODULES):
+        raise SpecError("strategy.recompute", f"{s.recompute.value}: per-op and per-module "
+                        "recompute of a hybrid stack are not modelled (none, selective or full)")
     layout = ParallelLayout(tp=s.tp, cp=s.cp, dp=s.dp, pp=s.pp, ep=s.ep if m.is_moe else 1,
                             etp=s.expert_tp, cp_a2a=s.cp_a2a or 1, dp_shard=s.zero_shards,
                             sdp=block_ranks(m, s) if s.subnetworks else 0)

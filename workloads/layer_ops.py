@@ -316,7 +316,8 @@ class LayerOps:
             return LayerWork(*(tuple(k for k in part if k.name.split(".")[0] in names
                                      and k.name not in block)
                                for part in (fwd.attention, fwd.mlp)))
-        if mode is Recompute.SELECTIVE and self.training.attention is AttentionKernel.STANDARD:
+        if (mode is Recompute.SELECTIVE and self.training.attention is AttentionKernel.STANDARD
+                and self.model.has_attention(self._layer(layer))):
             return LayerWork(self.attention_core(layer), ())
         return LayerWork((), ())
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from clustersim.hardware_specs import Dtype
+from clustersim.workloads.hybrid import LayerType
 from clustersim.workloads.hybrid_memory import hybrid_layer_bytes
 from clustersim.workloads.layer_ops import op_saved_matmul_width
 from clustersim.workloads.pipelining_memory import ChunkBytes, Held, peak_held, rank_actions
@@ -188,8 +189,7 @@ def layer_activation_bytes(model: TransformerSpec, training: TrainingSpec,
         whole += (st.moe_paged_stash_buffer - 1.0) * _routed_saved_bytes(m, t, st, per, modules)
     core = 0.0
     if t.attention is AttentionKernel.STANDARD and st.recompute is Recompute.NONE:
-        scores = per * m.heads * t.seq_len    # b a s_local s
-        core = scores * (e + (mask + e if m.dropout else 0.0))  # softmax out, mask, dropout out
+        core = _score_bytes(m, t, per)
     elif t.attention.fused:
         core = 4.0 * per * m.heads            # FP32 log-sum-exp per query and head
     return replicated / (tp if sp else 1) + whole + (split + core) / tp
@@ -206,7 +206,17 @@ def _hybrid_layer(model: TransformerSpec, training: TrainingSpec, strategy: Stra
     if routed and strategy.moe_paged_stash_buffer:
         kept += (strategy.moe_paged_stash_buffer - 1.0) * _routed_saved_bytes(
             model, training, strategy, per, ())
+    if (model.layer_type(layer) is LayerType.ATTENTION and strategy.recompute is Recompute.NONE
+            and training.attention is AttentionKernel.STANDARD):
+        kept += _score_bytes(model, training, per) / strategy.tp
     return kept
+
+
+def _score_bytes(model: TransformerSpec, training: TrainingSpec, tokens: float) -> float:
+    """Unfused attention's stored scores, b a s_local s elements: softmax output, and with
+    dropout its 1-byte mask and output."""
+    e, scores = training.precision.activation_bytes, tokens * model.heads * training.seq_len
+    return scores * (e + (1.0 + e if model.dropout else 0.0))
 
 
 def _routed_saved_bytes(model: TransformerSpec, training: TrainingSpec, strategy: Strategy,
