@@ -89,7 +89,9 @@ SSD_REFERENCE_FLOPS_PER_TOKEN = ssd_flops_per_token(heads=128, head_dim=64, stat
                                                     chunk=256)
 """Forward FLOPs per token of the SSD scan (``workloads/hybrid.ssd_flops_per_token``) at
 granite-4.0-h-small's Mamba-2 shape: 128 heads of 64, 1 group, state 128, chunk 256 (the
-model's ``mamba_chunk_size``, which vLLM's unfused kernel was run with)."""
+Granite 4.0 H configs' ``mamba_chunk_size``, ``granitemoehybrid`` config.json, e.g.
+Granite-4.0-H-1B's; the PR's "matching mamba config" run sets the fused kernel's chunk to the
+same 256)."""
 SSD_EFFICIENCY = 1.180002e7 * SSD_REFERENCE_FLOPS_PER_TOKEN / 989.5e12
 """Fraction of the BF16 dense peak the SSD scan's kernels reach: 0.101. vLLM PR #27299
 (vllm-project/vllm, comment of 2025-10-25, single H100) times the forward of the unfused Triton
