@@ -58,11 +58,14 @@ published sweeps modelled here ran 2.20-2.26 (2.27 at the latest)."""
 
 NVLS_TREE_CHUNK_BYTES = 128 * 1024
 """NCCL_NVLS_CHUNKSIZE's default, the NVLSTree chunk on fewer than four nodes (``enqueue.cc``,
-2.19-2.26: ``NCCL_NVLSTREE_MAX_CHUNKSIZE`` defaults to it, or to 64 KiB from four nodes)."""
+2.21-2.26: ``NCCL_NVLSTREE_MAX_CHUNKSIZE`` defaults to it, or to 64 KiB from four nodes). NCCL
+2.20.3 starts instead from the Simple step (512 KiB under the default buffer) and halves it at
+32 and 16 loops of the channels' heads before the steps below, so its chunks are the same
+below 16 loops (256 MiB on two 8-GPU nodes) and larger above."""
 
 
 def nvls_tree_chunk_bytes(nbytes: float, per_node: int, nodes: int) -> int:
-    """The chunk NCCL's NVLSTree uses (``enqueue.cc``, ``computeColl``, 2.19-2.26): 128 KiB
+    """The chunk NCCL's NVLSTree uses (``enqueue.cc``, ``computeCollChunkInfo``, 2.21-2.26): 128 KiB
     (64 KiB from four nodes), halved to 64 KiB below 4 and to 32 KiB below 1 loop of the
     channels' heads."""
     concurrent = NVLS_CHANNELS * per_node
