@@ -161,6 +161,7 @@ def config_from_mapping(data: Mapping[str, Any], base_dir: Path | None = None,
     cluster = parse_cluster(cluster_f, catalog, strategy.tp * strategy.cp * strategy.ep)
     job = Job(model, training, strategy).checked(cluster.num_devices)
     check_fp8_recipe(job, cluster)
+    job = with_fp8_layouts(job, cluster)
     cluster = with_offload_tiers(cluster, catalog, job)
     sections = {k: top.raw(k) for k in OPTIONAL_SECTIONS if top.has(k)}
     top.done()
@@ -184,6 +185,15 @@ def check_fp8_recipe(job: Job, cluster: ClusterSpec, path: str = "training.fp8_r
         have = ", ".join(d.value for d in device.peak_flops)
         raise SpecError(path, f"mxfp8 needs block-scaled FP8 tensor cores; {device.name} has no "
                               f"mxfp8 rate (it has {have}): use delayed or tensorwise")
+
+
+def with_fp8_layouts(job: Job, cluster: ClusterSpec) -> Job:
+    """The job with its FP8 tensors kept transposed unless every device's FP8 GEMMs take any
+    layout (``DeviceSpec.fp8_any_layout``)."""
+    if not job.training.precision.quantized:
+        return job
+    transposed = not all(g.device.fp8_any_layout for g in cluster.device_groups)
+    return replace(job, training=replace(job.training, fp8_transposed_copies=transposed))
 
 
 def name_of(top: Fields) -> str:

@@ -86,6 +86,11 @@ class DeviceSpec:
     in-step fraction with twice B200's exponential rate."""
     default_node: str
     """Catalog name of the node this device usually comes in."""
+    fp8_any_layout: bool = False
+    """FP8 GEMMs take their operands in any layout (Transformer Engine's
+    ``is_non_tn_fp8_gemm_supported``: compute capability 10.x, 11.x and 13.x on, that is
+    Blackwell's sm_100/sm_103, not sm_120; ``transformer_engine/pytorch/utils.py``, v2.8), so a
+    per-tensor FP8 tensor needs no transposed copy for the backward GEMMs. False: TN only (Hopper)."""
     source: str = ""
     provenance: Mapping[str, str] = field(default_factory=dict)
     """For calibrated profiles: device, driver, library versions, date."""
@@ -165,6 +170,7 @@ def read_device(f: Fields) -> DeviceSpec:
         exp_rate=f.quantity("exp_rate", Quantity.FLOPS, 0.0, positive=False),
         attention_exp_rate=f.quantity("attention_exp_rate", Quantity.FLOPS, 0.0, positive=False),
         default_node=f.text("default_node"),
+        fp8_any_layout=f.boolean("fp8_any_layout", False),
         source=f.text("source", ""),
         provenance=provenance,
     )

@@ -29,6 +29,12 @@ GEMM operand is quantized from BF16 by a memory-bound kernel:
   column-wise copy has its own 32-element scale blocks along the other axis, so it cannot be a
   transpose of the row-wise one) and zeroes the buffer for the gradients. The weight is held
   as both MXFP8 copies with their scales (``MXFP8_PARAM_BYTES``) and no 16-bit copy.
+- Where FP8 GEMMs take any operand layout (Blackwell's sm_100 and sm_103,
+  ``DeviceSpec.fp8_any_layout``), a per-tensor FP8 tensor has no transposed copy: the backward
+  reads the row-wise one (TE ``csrc/quantizer.cpp``, v2.8: ``with_transpose = columnwise_usage
+  && !nvte_is_non_tn_fp8_gemm_supported()``). Its cast writes 1 byte, not 2; FP8 weights need
+  no transpose at all; a norm that writes FP8 leaves nothing to cast. MXFP8's column-wise copy
+  is scaled along the other axis and is made on every device.
 - Current (tensor-wise) scaling reads each tensor once more for its amax before casting
   (2 bytes per element) and cannot fuse the cast into the norm; MXFP8 adds one scale byte
   per 32 elements to each of the two copies.
@@ -99,6 +105,9 @@ from clustersim.workloads.training import Fp8Recipe, TrainingSpec
 
 CAST_TRANSPOSE_BYTES = 4.0
 """Read a BF16 element, write it in FP8 twice (row-wise and transposed / column-wise)."""
+CAST_BYTES = 3.0
+"""Read a BF16 element, write it in FP8 once: a per-tensor cast where FP8 GEMMs take any
+layout (``DeviceSpec.fp8_any_layout``), whose backward reads the row-wise copy transposed."""
 FUSED_CAST_BYTES = 1.0
 """Extra traffic when the producing norm writes FP8: 1 byte less written, a 1 + 1 byte
 transpose more."""
@@ -152,6 +161,8 @@ class Fp8Casts:
         self.quantized = training.precision.gemm_dtype in QUANTIZED_GEMM_DTYPES
         self.nvfp4 = training.precision.gemm_dtype is Dtype.NVFP4
         self.fp8_params = training.fp8_param_gather
+        self.transposes = training.fp8_transposed_copies
+        """Per-tensor FP8 tensors get a transposed copy (TN-only FP8 GEMMs, Hopper)."""
         self.mx_params = mxfp8_params(training)
         """MXFP8 weights are quantised in full from 16 bits each step (module docstring)."""
         self.micro = max(1, micro_batches(training, strategy))
@@ -165,10 +176,14 @@ class Fp8Casts:
     def _per_element(self, fused: bool = False) -> float:
         if self.nvfp4:
             return NVFP4_QUANTIZE_BYTES / NVFP4_QUANTIZE_SPEED
+        if self.recipe is Fp8Recipe.MXFP8:
+            return (FUSED_CAST_BYTES if fused else CAST_TRANSPOSE_BYTES) + MX_SCALE_BYTES
+        cast = CAST_TRANSPOSE_BYTES if self.transposes else CAST_BYTES
         if self.recipe is Fp8Recipe.TENSORWISE:
-            return AMAX_BYTES + CAST_TRANSPOSE_BYTES
-        extra = MX_SCALE_BYTES if self.recipe is Fp8Recipe.MXFP8 else 0.0
-        return (FUSED_CAST_BYTES if fused else CAST_TRANSPOSE_BYTES) + extra
+            return AMAX_BYTES + cast
+        if fused:   # the norm writes FP8; only the transpose remains, where one is kept
+            return FUSED_CAST_BYTES if self.transposes else 0.0
+        return cast
 
     def weight_bytes_per_element(self) -> float:
         """Cast traffic per weight element in one micro-batch's forward."""
@@ -177,7 +192,10 @@ class Fp8Casts:
             if self.fp8_params:
                 return 2 * self._per_element() / self.shard
             return self._per_element()
-        transpose = NVFP4_TRANSPOSE_BYTES if self.nvfp4 else TRANSPOSE_BYTES
+        if self.nvfp4:
+            transpose = NVFP4_TRANSPOSE_BYTES
+        else:
+            transpose = TRANSPOSE_BYTES if self.transposes else 0.0
         quantized_copy = self.fp8_params and not self.mx_params
         per_step = transpose if quantized_copy else self._per_element()
         return per_step / self.micro
@@ -256,7 +274,7 @@ class Fp8Casts:
         split = self.sequence_split
         if split == 1 or self.nvfp4:
             return per_element
-        if self.recipe is Fp8Recipe.MXFP8:
+        if self.recipe is Fp8Recipe.MXFP8 or not self.transposes:
             return per_element / split
         # The fused norm's copy is a separate 1 + 1 byte transpose; a cast-transpose writes
         # its transposed copy in the same pass (1 byte). Either is made after the gather.
@@ -283,6 +301,26 @@ def stored_weight_bytes(training: TrainingSpec) -> float | None:
     if not training.fp8_param_gather:
         return None
     return MXFP8_PARAM_BYTES if mxfp8_params(training) else training.precision.gemm_dtype.bytes
+
+
+def weight_copy_bytes(training: TrainingSpec) -> float:
+    """Bytes per GEMM-weight element that a per-tensor FP8 weight (``fp8_param_gather``) keeps
+    beside it: its transpose, where FP8 GEMMs are TN only (Transformer Engine's
+    ``Float8TensorBase.update_usage`` keeps ``_transpose`` for the backward's data-gradient GEMM
+    unless ``is_non_tn_fp8_gemm_supported()``; ``tensor/_internal/float8_tensor_base.py``,
+    v2.8). MXFP8 weights already hold both copies (``MXFP8_PARAM_BYTES``); NVFP4 weights keep a
+    column-wise copy of their own size. Not counted: the quantised copy that a module with
+    16-bit weights caches from the first micro-batch on (``get_weight_workspace`` with
+    ``cache_name="weight"``): whether it stays resident under the frameworks' settings is not
+    established (NeMo 24.07's Nemotron-4 340B H100 row ran in 80 GB, where it would put the
+    model at 87 GiB)."""
+    if not (training.precision.quantized and training.fp8_param_gather):
+        return 0.0
+    if training.precision.gemm_dtype is Dtype.NVFP4:
+        return Dtype.NVFP4.bytes
+    if mxfp8_params(training) or not training.fp8_transposed_copies:
+        return 0.0
+    return Dtype.FP8.bytes
 
 
 def gathered_weight_bytes(training: TrainingSpec, strategy: Strategy) -> float | None:

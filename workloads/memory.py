@@ -35,7 +35,7 @@ from clustersim.workloads.stages import StagePlan, stage_plans
 from clustersim.workloads.strategy import (
     Offload, Recompute, RecomputeModule, Schedule, Strategy, Zero3Granularity, micro_batches,
 )
-from clustersim.workloads.fp8 import MX_SCALE_BYTES, stored_weight_bytes
+from clustersim.workloads.fp8 import MX_SCALE_BYTES, stored_weight_bytes, weight_copy_bytes
 from clustersim.workloads.training import (
     AttentionKernel, CrossEntropy, Fp8Recipe, Precision, TrainingSpec,
 )
@@ -333,6 +333,10 @@ def _state_bytes(shard: Shard, training: TrainingSpec, strategy: Strategy
     low = stored_weight_bytes(training)
     if low is None or shard.kind is ParamKind.VOCAB:
         low = per.weights
+    # A per-tensor FP8 weight's transpose beside it (``weight_copy_bytes``), where the weights
+    # stay whole on the device (ZeRO-1/2).
+    if shard.kind is not ParamKind.VOCAB and z < 3:
+        low += weight_copy_bytes(training)
     weights = shard.resident(z >= 3 and not kept) * low
     # FSDP2 under PP with an FP32 reduce dtype accumulates the unsharded gradients in FP32
     # between micro-batches (``FSDPParam.to_accumulated_grad_if_needed``).

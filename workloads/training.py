@@ -146,6 +146,11 @@ class TrainingSpec:
     """Linear layers keep their FP8-cast inputs for the backward pass (Transformer Engine,
     Megatron-Core, NeMo); false for torchao's float8 (torchtitan), which keeps the 16-bit
     inputs and casts them again in the backward."""
+    fp8_transposed_copies: bool = True
+    """FP8 tensors that a backward GEMM reads transposed are also kept transposed, as on Hopper,
+    whose FP8 tensor cores take only the "TN" layout; false where every device's FP8 GEMMs take
+    any layout. Not a config field: read from the cluster's devices (``fp8_any_layout``) when a
+    config is loaded (``analysis/config.with_fp8_layouts``)."""
     cross_entropy: CrossEntropy = CrossEntropy.FUSED
     """The loss kernel (its memory at the head's peak)."""
     compiled: bool = False
@@ -191,8 +196,12 @@ class TrainingSpec:
                         "balance": self.moe.balance.value}}
 
 
+DEVICE_RESOLVED = frozenset(("fp8_transposed_copies",))
+"""TrainingSpec fields set from the cluster's devices, not read from a config."""
+
+
 def training_from_mapping(data: Mapping, path: str = "training") -> TrainingSpec:
-    f = Fields(data, path).only(TrainingSpec.__dataclass_fields__)
+    f = Fields(data, path).only(set(TrainingSpec.__dataclass_fields__) - DEVICE_RESOLVED)
     spec = TrainingSpec(
         seq_len=f.integer("seq_len", minimum=1),
         global_batch=f.integer("global_batch", minimum=1),

@@ -52,7 +52,7 @@ from clustersim.workloads.strategy import strategy_from_mapping
 from clustersim.workloads.training import training_from_mapping
 
 from clustersim.analysis.accuracy import ERROR_MEANING, time_error
-from clustersim.analysis.config import RunConfig, check_fp8_recipe
+from clustersim.analysis.config import RunConfig, check_fp8_recipe, with_fp8_layouts
 from clustersim.analysis.progress import progress as show_progress
 from clustersim.analysis.step import run_step, DEFAULT_OPTIONS
 from clustersim.analysis.tables import render
@@ -295,6 +295,7 @@ def row_config(row: dict, catalog: Catalog) -> RunConfig:
                               keep_together=strategy.tp * strategy.cp * strategy.ep)
     job = Job(model, training, strategy).checked(gpus)
     check_fp8_recipe(job, cluster, "fp8_recipe")
+    job = with_fp8_layouts(job, cluster)
     return RunConfig(job=job, cluster=cluster, catalog=catalog, name=_cell(row, "id"))
 
 
