@@ -16,7 +16,8 @@ TOLERANCE = 0.15
 MOE = REPO / "analysis/data/published_runs_moe.csv"
 LONG = REPO / "analysis/data/published_runs_long_context.csv"
 CHEAP = {
-    MOE: ("mb2511_qwen3_30b_a3b_h100_16gpu_fp8", "mb2606_qwen3_30b_a3b_h100_16gpu_fp8",
+    MOE: ("mb2511_qwen3_30b_a3b_h100_16gpu_fp8", "mb2602_qwen3_30b_a3b_h100_16gpu_fp8",
+          "mb2606_qwen3_30b_a3b_h100_16gpu_fp8",
           "mb2511_qwen3_30b_a3b_b200_8gpu_mxfp8", "mb2511_qwen3_30b_a3b_gb200_8gpu_mxfp8",
           "mb2511_qwen3_235b_a22b_b200_64gpu_mxfp8",
           "mb2509_qwen3_30b_a3b_b200_8gpu_fp8_tokendrop",
@@ -78,6 +79,10 @@ OFF = {
     "GPU, 2 sequences per micro-batch, 24 one-layer chunks per stage, the recipe's 1F1B all-to-all "
     "overlap; its 25.09 token-drop twin "
     "(no sync) runs 1.99x as fast and is predicted -15%; " + HOST_BOUND,
+    "mb2602_qwen3_30b_a3b_h100_16gpu_fp8": REGRESSION_1998 + "which the issue meant to fix "
+    "in 26.02: this 26.02 row (v0.3.0's PP2 x VP12 EP8 preset with DeepEP and the 1F1B "
+    "all-to-all overlap) measures 5,113 tokens/s/GPU, within 3% of the 25.11 row's 5,275, and "
+    "26.02.01's EP16 HybridEP preset 9,058; predicted 2.3x as fast (-56%): " + HOST_BOUND,
     "mb2606_qwen3_30b_a3b_h100_16gpu_fp8": "-17% (-20% before current scaling's amax zeroing, "
     "-30% before the host's eager issue was modelled): 8 experts per GPU at one sequence per "
     "micro-"
