@@ -39,21 +39,23 @@ def _gpu_hbm_share(g: dict) -> float:
     return (causes["gpu"] + causes["hbm"]) / g["failures_llama3_405b"]["interruptions_mean"]
 
 
-def _errors(name: str, prefix: str = "", gpu: str = "",
-            precision: str = "") -> Callable[[dict], list[float]]:
+def _errors(name: str, prefix: str = "", gpu: str = "", precision: str = "",
+            excluded: frozenset[str] = frozenset()) -> Callable[[dict], list[float]]:
     """Errors of a validation golden's rows that ran and fit in memory (as ``validate``
     counts them) whose id starts with ``prefix``, on ``gpu``, in ``precision`` (an FP8
-    recipe for FP8 rows)."""
+    recipe for FP8 rows), leaving out the ``excluded`` ids."""
     def errors(g: dict) -> list[float]:
         return [r["error"] for rid, r in g[name]["rows"].items()
                 if r["error"] is not None and r["fits_in_memory"] and rid.startswith(prefix)
-                and gpu in ("", r["gpu"]) and precision in ("", r["precision"])]
+                and gpu in ("", r["gpu"]) and precision in ("", r["precision"])
+                and rid not in excluded]
     return errors
 
 
-def _spread(*subset: str) -> dict[str, Callable[[dict], float]]:
+def _spread(*subset: str, excluded: frozenset[str] = frozenset()
+            ) -> dict[str, Callable[[dict], float]]:
     """MAPE, count, lowest and highest error of a subset, as ``<key>_mape`` ... entries."""
-    errors = _errors(*subset)
+    errors = _errors(*subset, excluded=excluded)
     return {"mape": lambda g: sum(map(abs, errors(g))) / len(errors(g)),
             "n": lambda g: len(errors(g)),
             "min": lambda g: min(errors(g)), "max": lambda g: max(errors(g)),
@@ -153,26 +155,21 @@ _ROWS = {
 }
 """Single rows the README quotes."""
 
-MOE_FILED_REGRESSIONS = (
+MOE_FILED_REGRESSIONS = frozenset((
     # Megatron-Bridge #1998 (NVIDIA, 2026-01-20): dropless Qwen3-30B-A3B 2x slower than 25.09.
     "mb2511_qwen3_30b_a3b_h100_16gpu_fp8", "mb2511_qwen3_30b_a3b_b200_8gpu_mxfp8",
     "mb2602_qwen3_30b_a3b_h100_16gpu_fp8",
     # Megatron-Bridge #1705 / PR #1760: the 25.11 recipe's all-to-all overlap "CPU overhead".
     "mb2511_qwen3_235b_a22b_b200_64gpu_mxfp8",
-)
+))
 """MoE rows whose measurements NVIDIA itself filed as software regressions (their notes in
 ``analysis/data/published_runs_moe.csv``); the README quotes the MAPE without them beside the
 table's."""
 
 
-def _moe_unregressed(g: dict) -> list[float]:
-    return [r["error"] for rid, r in g["validate_moe"]["rows"].items()
-            if r.get("error") is not None and rid not in MOE_FILED_REGRESSIONS]
-
-
 DERIVED: dict[str, Callable[[dict], float]] = {
-    "moe_unregressed_mape": lambda g: sum(map(abs, _moe_unregressed(g))) / len(_moe_unregressed(g)),
-    "moe_unregressed_n": lambda g: len(_moe_unregressed(g)),
+    **{f"moe_unregressed_{stat}": f for stat, f in _spread(
+        "validate_moe", excluded=MOE_FILED_REGRESSIONS).items()},
     **{f"{key}_{stat}": f for key, subset in _SUBSETS.items()
        for stat, f in _spread(*subset).items()},
     **{key: _row(*row) for key, row in _ROWS.items()},
